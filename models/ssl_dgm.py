@@ -1,0 +1,104 @@
+"""The sparse VAE / sparse deep generative model of Moran, Sridhar, Wang & Blei (TMLR 2022)."""
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from torch import nn
+from torch.distributions import constraints
+
+from pyro_sparse.likelihoods import check_likelihood, observation, sample_noise_variance
+from pyro_sparse.nn import MaskedDecoder
+from pyro_sparse.handlers import data_plate
+from pyro_sparse.priors import SpikeSlabLassoPrior
+
+
+class SparseDGM(nn.Module):
+    r"""
+    Sparse DGM (Eq. 1): for data point i and feature j,
+
+    .. math::
+
+        W_{jk} \sim \mathrm{SSL}(\lambda_0, \lambda_1, \eta_k), \quad
+        z_i \sim \mathcal N_K(0, \Sigma_z), \quad
+        x_{ij} \sim p\big(x \mid f_\theta(w_j \odot z_i)_j\big).
+
+    W is a global site meant to be point-estimated (MAP, Eq. 5); the SSL
+    hyperparameters η and E[γ] are EM buffers of ``site_priors["W"]``, updated
+    by its hooks between gradient steps (Algorithm 1).  With the Gaussian
+    likelihood σ_j² is a global site with the Inverse-Gamma(ν/2, νξ/2) prior
+    of Eq. 60.
+
+    :param int num_features: G.
+    :param int latent_dim: K.
+    :param str likelihood: ``"gaussian"``, ``"multinomial"`` or ``"bernoulli"``.
+    :param tuple hidden_dims: widths of f_θ's hidden layers.
+    :param float lambda0: spike rate.
+    :param float lambda1: slab rate.
+    :param float a: Beta prior of η.
+    :param float b: Beta prior of η (default G).
+    :param float beta: weight of the KL term of z (1 is the paper's ELBO).
+    :param prior_covariance: Σ_z as a (K, K) array; ``None`` for I_K (Eq. 59).
+    :param float noise_nu: ν of the σ² prior.
+    :param float noise_xi: ξ of the σ² prior (calibrated from data by ``train``).
+    :param int memory_budget_bytes: activation memory of one decoder chunk.
+    """
+
+    def __init__(
+        self,
+        num_features,
+        latent_dim=5,
+        likelihood="gaussian",
+        hidden_dims=(50, 50, 50),
+        lambda0=10.0,
+        lambda1=1.0,
+        a=1.0,
+        b=None,
+        beta=1.0,
+        prior_covariance=None,
+        noise_nu=3.0,
+        noise_xi=1.0,
+        memory_budget_bytes=2**28,
+    ):
+        super().__init__()
+        self.num_features, self.latent_dim = num_features, latent_dim
+        self.likelihood = check_likelihood(likelihood)
+        if not beta > 0:
+            raise ValueError(f"beta must be positive, got {beta}")
+        self.beta = float(beta)
+        self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
+        self.hidden_dims = tuple(hidden_dims)
+        self.decoder = MaskedDecoder(num_features, latent_dim, hidden_dims, memory_budget_bytes)
+        self.site_priors = nn.ModuleDict(
+            {"W": SpikeSlabLassoPrior(num_features, latent_dim, lambda0, lambda1, a, b)}
+        )
+        covariance = torch.eye(latent_dim) if prior_covariance is None else torch.as_tensor(
+            prior_covariance, dtype=torch.float32
+        )
+        if covariance.shape != (latent_dim, latent_dim):
+            raise ValueError(f"prior_covariance must be ({latent_dim}, {latent_dim}), got {tuple(covariance.shape)}")
+        self.identity_covariance = prior_covariance is None
+        self.register_buffer("prior_scale_tril", torch.linalg.cholesky(covariance))
+
+    def point_estimate_sites(self, feature_variances):
+        """Global sites to point-estimate: name -> (initial value, support)."""
+        sites = {"W": (torch.ones(self.num_features, self.latent_dim), constraints.real)}
+        if self.likelihood == "gaussian":
+            sites["sigma2"] = (torch.as_tensor(feature_variances, dtype=torch.float32) / 2, constraints.positive)
+        return sites
+
+    def latent_prior(self, like):
+        if self.identity_covariance:
+            return dist.Normal(like.new_zeros(self.latent_dim), 1.0).to_event(1)
+        return dist.MultivariateNormal(like.new_zeros(self.latent_dim), scale_tril=self.prior_scale_tril)
+
+    def forward(self, x, num_data=None):
+        mask = pyro.sample("W", self.site_priors["W"].distribution())
+        noise_variance = None
+        if self.likelihood == "gaussian":
+            noise_variance = sample_noise_variance(self.num_features, self.noise_nu, self.noise_xi, x)
+        with data_plate(x, num_data):
+            with poutine.scale(scale=self.beta):
+                z = pyro.sample("z", self.latent_prior(x))
+            output = self.decoder(z, mask)
+            pyro.sample("x", observation(self.likelihood, output, noise_variance), obs=x)

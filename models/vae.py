@@ -1,0 +1,56 @@
+"""The VAE (Kingma & Welling 2014) and β-VAE (Higgins et al. 2017) baselines."""
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from torch import nn
+from torch.distributions import constraints
+
+from pyro_sparse.likelihoods import check_likelihood, observation, sample_noise_variance
+from pyro_sparse.nn import DenseDecoder
+from pyro_sparse.handlers import data_plate
+
+
+class VAE(nn.Module):
+    r"""
+    z_i ~ N(0, I_K),  x_i ~ p(x | f_θ(z_i)) with one dense decoder.  The KL
+    term is weighted by ``beta`` (β-VAE; β = 1 is the VAE).  The likelihoods
+    and the σ² prior are those of :class:`~pyro_sparse.models.ssl_dgm.SparseDGM`,
+    so the two are compared on the same objective.
+    """
+
+    def __init__(
+        self,
+        num_features,
+        latent_dim=5,
+        likelihood="gaussian",
+        hidden_dims=(50, 50, 50),
+        beta=1.0,
+        noise_nu=3.0,
+        noise_xi=1.0,
+    ):
+        super().__init__()
+        if not beta > 0:
+            raise ValueError(f"beta must be positive, got {beta}")
+        self.num_features, self.latent_dim = num_features, latent_dim
+        self.likelihood = check_likelihood(likelihood)
+        self.beta = float(beta)
+        self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
+        self.hidden_dims = tuple(hidden_dims)
+        self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
+        self.site_priors = nn.ModuleDict()
+
+    def point_estimate_sites(self, feature_variances):
+        if self.likelihood != "gaussian":
+            return {}
+        return {"sigma2": (torch.as_tensor(feature_variances, dtype=torch.float32) / 2, constraints.positive)}
+
+    def forward(self, x, num_data=None):
+        noise_variance = None
+        if self.likelihood == "gaussian":
+            noise_variance = sample_noise_variance(self.num_features, self.noise_nu, self.noise_xi, x)
+        with data_plate(x, num_data):
+            with poutine.scale(scale=self.beta):
+                z = pyro.sample("z", dist.Normal(x.new_zeros(self.latent_dim), 1.0).to_event(1))
+            pyro.sample("x", observation(self.likelihood, self.decoder(z), noise_variance), obs=x)

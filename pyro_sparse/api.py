@@ -1,0 +1,230 @@
+"""``train`` and ``load``: the user-facing entry points."""
+
+import numpy as np
+import pyro
+import torch
+
+from pyro_sparse import registry, serialization
+from pyro_sparse.data import DataError, DataSummary, as_matrix, check_values, minibatches, split
+from pyro_sparse.evaluation import expected_observation, importance_log_likelihood
+from pyro_sparse.likelihoods import check_likelihood
+from pyro_sparse.training import fit
+
+
+def resolve_device(device):
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was requested but CUDA is not available; use device='auto'")
+    return device
+
+
+class FittedModel:
+    """
+    A trained model and guide with numpy accessors.  Learned quantities end in
+    an underscore (scikit-learn style); ``W_`` and friends exist for models with
+    a decoder mask.
+    """
+
+    def __init__(self, config, model, guide, history):
+        self.config, self.model, self.guide, self.history_ = config, model, guide, history
+
+    @property
+    def device(self):
+        return next(self.guide.parameters()).device
+
+    @property
+    def num_features(self):
+        return self.config["num_features"]
+
+    def _check(self, X):
+        matrix = as_matrix(X, name="X")
+        if matrix.shape[1] != self.num_features:
+            raise DataError(
+                f"X has {matrix.shape[1]} features but the model was trained on {self.num_features}"
+            )
+        check_values(matrix, self.config["likelihood"], name="X")
+        return matrix
+
+    def _batches(self, X, batch_size=1024):
+        return minibatches(self._check(X), batch_size, device=self.device, shuffle=False)
+
+    @torch.no_grad()
+    def transform(self, X):
+        """Posterior means E_q[z | x], shape (N, K)."""
+        return np.concatenate([self.guide.encode(x)[0].cpu().numpy() for x in self._batches(X)])
+
+    def reconstruct(self, X):
+        """E[x | z = E_q[z | x]]: means (gaussian), probabilities (bernoulli, multinomial)."""
+        return np.concatenate(
+            [expected_observation(self.model, self.guide, x).cpu().numpy() for x in self._batches(X)]
+        )
+
+    def heldout_log_likelihood(self, X, num_samples=100):
+        """Importance-weighted estimate of log p(x_i) per data point (Burda et al. 2016)."""
+        return np.concatenate(
+            [
+                importance_log_likelihood(self.model, self.guide, x, num_samples).cpu().numpy()
+                for x in self._batches(X, batch_size=256)
+            ]
+        )
+
+    def _point(self, name):
+        if name not in self.guide.unconstrained:
+            raise AttributeError(f"model {self.config['model']!r} has no global site {name!r}")
+        return self.guide.point_estimate(name).detach().cpu().numpy()
+
+    @property
+    def W_(self):
+        """The decoder mask W, (G, K); entries in the spike are exactly 0."""
+        return self._point("W")
+
+    @property
+    def sigma2_(self):
+        """Per-feature noise variances (gaussian likelihood)."""
+        return self._point("sigma2")
+
+    @property
+    def inclusion_probs_(self):
+        """E[γ_jk | w_jk, η_k] (Eq. 57), (G, K)."""
+        return self._prior("W").inclusion_probs.cpu().numpy()
+
+    @property
+    def eta_(self):
+        """η_k, the share of features each factor is expected to use, (K,)."""
+        return self._prior("W").eta.cpu().numpy()
+
+    def _prior(self, name):
+        if name not in self.model.site_priors:
+            raise AttributeError(f"model {self.config['model']!r} has no prior hooks for {name!r}")
+        return self.model.site_priors[name]
+
+    def top_features(self, k=5, names=None):
+        """For each factor, the ``k`` features with the largest |W_jk| that are non-zero."""
+        W = np.abs(self.W_)
+        names = list(names) if names is not None else list(range(W.shape[0]))
+        if len(names) != W.shape[0]:
+            raise ValueError(f"got {len(names)} names for {W.shape[0]} features")
+        tops = []
+        for column in W.T:
+            order = [j for j in np.argsort(-column, kind="stable")[:k] if column[j] > 0]
+            tops.append([names[j] for j in order])
+        return tops
+
+    def save(self, path):
+        """Write the model to ``path`` (tensors + JSON; see :mod:`pyro_sparse.serialization`)."""
+        serialization.write(
+            path,
+            {**self.config, "history": self.history_},
+            {"model": self.model.state_dict(), "guide": self.guide.state_dict()},
+        )
+
+
+def _jsonable(value):
+    if isinstance(value, (tuple, list, np.ndarray, torch.Tensor)):
+        return np.asarray(value).tolist()
+    return value
+
+
+def _assemble(config, device):
+    summary = DataSummary(
+        config["num_data"],
+        config["num_features"],
+        np.asarray(config["feature_means"]),
+        np.asarray(config["feature_variances"]),
+    )
+    model, guide, elbo = registry.build(
+        config["model"], summary, config["latent_dim"], config["likelihood"], config["hyperparameters"]
+    )
+    return model.to(device), guide.to(device), elbo
+
+
+def train(
+    model="ssl_dgm",
+    data=None,
+    *,
+    latent_dim=5,
+    likelihood="gaussian",
+    max_epochs=200,
+    batch_size=100,
+    lr=0.01,
+    seed=0,
+    device="auto",
+    progress=True,
+    validation_fraction=0.0,
+    early_stopping=None,
+    **hyperparameters,
+):
+    """
+    Fit a registered model to ``data`` (N x G: numpy array, torch tensor or
+    scipy.sparse matrix) and return a :class:`FittedModel`.
+
+    Model hyperparameters are keyword arguments under the paper's names, e.g.
+    for ``ssl_dgm``: ``hidden_dims=(50, 50, 50)``, ``lambda0=10``,
+    ``lambda1=1``, ``a=1``, ``b=None`` (= G), ``beta=1``,
+    ``prior_covariance=None``, ``noise_nu=3``, ``noise_xi=None`` (calibrated from
+    the data, Appendix C.2).  See ``pyro_sparse.registry.MODELS``.
+    """
+    registry.get_entry(model)
+    likelihood = check_likelihood(likelihood)
+    if data is None:
+        raise DataError("train() needs data: an (N x G) array, tensor or sparse matrix")
+    matrix = as_matrix(data)
+    check_values(matrix, likelihood)
+    if not isinstance(latent_dim, (int, np.integer)) or latent_dim < 1:
+        raise ValueError(f"latent_dim must be a positive integer, got {latent_dim!r}")
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not 0 <= validation_fraction < 1:
+        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
+    device = resolve_device(device)
+    pyro.set_rng_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    train_matrix, validation_matrix = split(matrix, validation_fraction, generator)
+    summary = DataSummary.of(train_matrix)
+    hyper = registry.resolve_hyperparameters(model, likelihood, summary.feature_variances, hyperparameters)
+    config = {
+        "model": model,
+        "num_features": summary.num_features,
+        "latent_dim": int(latent_dim),
+        "likelihood": likelihood,
+        "num_data": summary.num_data,
+        "feature_means": summary.feature_means.tolist(),
+        "feature_variances": summary.feature_variances.tolist(),
+        "hyperparameters": {k: _jsonable(v) for k, v in hyper.items()},
+        "training": {"max_epochs": max_epochs, "batch_size": batch_size, "lr": lr, "seed": seed},
+    }
+    model_module, guide, elbo = _assemble(config, device)
+    history = fit(
+        model_module,
+        guide,
+        elbo,
+        train_matrix,
+        validation_matrix=validation_matrix,
+        max_epochs=max_epochs,
+        batch_size=min(batch_size, train_matrix.shape[0]),
+        lr=lr,
+        device=device,
+        generator=generator,
+        progress=progress,
+        early_stopping=early_stopping,
+    )
+    return FittedModel(config, model_module, guide, history)
+
+
+def load(path, device="cpu"):
+    """Load a model written by :meth:`FittedModel.save`; never executes code from the file."""
+    config, states = serialization.read(path)
+    history = config.pop("history", {})
+    try:
+        model, guide, _ = _assemble(config, resolve_device(device))
+        model.load_state_dict(states["model"])
+        guide.load_state_dict(states["guide"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise serialization.ModelFileError(
+            f"{path!r} does not match the model it describes: {error}"
+        ) from None
+    model.eval()
+    guide.eval()
+    return FittedModel(config, model, guide, history)

@@ -1,0 +1,57 @@
+"""Per-data-point quantities computed from a model/guide pair by tracing."""
+
+import math
+
+import torch
+from pyro import poutine
+
+from pyro_sparse.handlers import in_data_plate
+
+
+def log_importance_weights(model, guide, x):
+    r"""
+    One draw z ~ q(z | x) per data point and its log weight
+    log p(x, z | globals) - log q(z | x), with global sites at the guide's
+    values.  Densities are unscaled (no minibatch or β scaling), so the mean
+    weight is the ELBO per data point and their log-mean-exp over draws an
+    importance-sampling estimate of log p(x).
+
+    :returns: tensor of shape ``(batch,)``.
+    """
+    guide_trace = poutine.trace(guide).get_trace(x)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
+    log_weight = x.new_zeros(x.shape[0])
+    for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
+        for name, site in trace.nodes.items():
+            if site["type"] != "sample" or not in_data_plate(site):
+                continue
+            if sign < 0 and site["is_observed"]:
+                continue
+            log_weight = log_weight + sign * site["fn"].log_prob(site["value"])
+    return log_weight
+
+
+@torch.no_grad()
+def importance_log_likelihood(model, guide, x, num_samples=100):
+    r"""
+    log p(x_i) ≈ log (1/S) Σ_s p(x_i, z_s) / q(z_s | x_i), z_s ~ q(z | x_i):
+    the importance-weighted bound (Burda et al. 2016), per data point.  It
+    tightens towards log p(x_i) as S grows; it is not a reconstruction error.
+    """
+    weights = torch.stack([log_importance_weights(model, guide, x) for _ in range(num_samples)])
+    return torch.logsumexp(weights, dim=0) - math.log(num_samples)
+
+
+@torch.no_grad()
+def expected_observation(model, guide, x):
+    """E[x | z = E_q[z | x], globals]: the model's mean of x at the posterior-mean code."""
+    guide_trace = poutine.trace(guide).get_trace(x)
+    for site in guide_trace.nodes.values():
+        if site["type"] == "sample" and in_data_plate(site):
+            site["value"] = site["fn"].mean
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
+    return next(
+        site["fn"].mean
+        for site in model_trace.nodes.values()
+        if site["type"] == "sample" and site["is_observed"]
+    )

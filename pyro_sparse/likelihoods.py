@@ -1,0 +1,55 @@
+"""Observation models shared by every decoder: p(x_i | decoder output)."""
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+from scipy import stats
+
+LIKELIHOODS = ("gaussian", "multinomial", "bernoulli")
+
+
+def check_likelihood(likelihood):
+    if likelihood not in LIKELIHOODS:
+        raise ValueError(f"unknown likelihood {likelihood!r}; choose one of {LIKELIHOODS}")
+    return likelihood
+
+
+def calibrate_noise_prior(feature_variances, nu=3.0):
+    r"""
+    ξ for the σ_j² ~ Inverse-Gamma(ν/2, νξ/2) prior (Moran et al. 2022,
+    Eq. 60, Appendix C.2): chosen so that the 5% quantile of the per-feature
+    sample variances is the 90% quantile of the prior.  The 90% quantile of
+    Inverse-Gamma(α, β) is β / Gamma(α, 1).ppf(0.1), which gives
+    ξ = 2 s₅ Gamma(ν/2, 1).ppf(0.1) / ν.
+    """
+    s5 = float(np.quantile(np.asarray(feature_variances, dtype=float), 0.05))
+    if not s5 > 0:
+        raise ValueError(
+            "cannot calibrate the noise prior: the 5% quantile of the feature variances "
+            f"is {s5}; remove constant features or pass noise_xi explicitly"
+        )
+    return 2.0 * s5 * stats.gamma.ppf(0.1, nu / 2.0) / nu
+
+
+def sample_noise_variance(num_features, nu, xi, like):
+    """The global σ² site (Eq. 60), as a tensor on the same device/dtype as ``like``."""
+    concentration = like.new_tensor(nu / 2.0)
+    rate = like.new_tensor(nu * xi / 2.0)
+    prior = dist.InverseGamma(concentration, rate).expand([num_features]).to_event(1)
+    return pyro.sample("sigma2", prior)
+
+
+def observation(likelihood, output, noise_variance=None):
+    """
+    The distribution of one data point's features given the decoder output
+    (means for ``gaussian``; logits otherwise), with event shape ``(G,)``.
+    """
+    if likelihood == "gaussian":
+        return dist.Normal(output, noise_variance.sqrt()).to_event(1)
+    if likelihood == "bernoulli":
+        return dist.Bernoulli(logits=output).to_event(1)
+    # Softmax over features with each row's own total count.  torch's
+    # Multinomial.log_prob uses the row sums of the value for the multinomial
+    # coefficient, so per-row totals are exact; argument validation is off
+    # because it would insist on one shared total_count.
+    return dist.Multinomial(logits=output, validate_args=False)

@@ -1,0 +1,143 @@
+"""Plain torch networks shared by models and guides (no Pyro here)."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+class FeatureAffine(nn.Module):
+    """
+    A fixed per-feature affine map x -> x * scale + loc (buffers, not
+    parameters).  Decoders end with one set to the data's feature means and
+    standard deviations, and encoders start with its inverse, so networks
+    work on unit-scale numbers whatever the data's units: a
+    reparameterisation of the same model family that only conditions the
+    optimisation.
+    """
+
+    def __init__(self, num_features):
+        super().__init__()
+        self.register_buffer("loc", torch.zeros(num_features))
+        self.register_buffer("scale", torch.ones(num_features))
+
+    @torch.no_grad()
+    def set(self, loc, scale):
+        self.loc.copy_(torch.as_tensor(loc, dtype=self.loc.dtype))
+        self.scale.copy_(torch.as_tensor(scale, dtype=self.scale.dtype).clamp_min(1e-6))
+
+    def forward(self, x):
+        return torch.addcmul(self.loc, x, self.scale)
+
+    def inverse(self, y):
+        return (y - self.loc) / self.scale
+
+
+def mlp(in_dim, hidden_dims, out_dim):
+    """A ReLU multilayer perceptron ``in_dim -> hidden_dims... -> out_dim``."""
+    layers, width = [], in_dim
+    for hidden in hidden_dims:
+        layers += [nn.Linear(width, hidden), nn.ReLU()]
+        width = hidden
+    layers.append(nn.Linear(width, out_dim))
+    return nn.Sequential(*layers)
+
+
+class MaskedDecoder(nn.Module):
+    r"""
+    The sparse decoder of Moran et al. (2022) Eq. 1: feature j is the j-th
+    output of one network f_θ applied to the masked code w_j ⊙ z_i,
+
+    .. math:: \mu_{ij} = f_\theta(w_j \odot z_i)_j .
+
+    All features are evaluated at once as a batched tensor of shape
+    ``(features, batch, hidden)``; only row j of the last layer is applied to
+    feature j, so the cost is one hidden-layer pass per (data point, feature)
+    pair and never G full networks.  Features are processed in chunks whose
+    activations fit in ``memory_budget_bytes``; when more than one chunk is
+    needed each chunk is recomputed in the backward pass (activation
+    checkpointing), so peak memory is set by the chunk size, not by G.
+
+    The columns of the first layer have unit norm.  Without that, the scale of
+    W can be traded against the first layer (W·c and H1/c give the same
+    likelihood) and the prior on W would only shrink W while H1 grows.
+
+    :param int num_features: G.
+    :param int latent_dim: K.
+    :param tuple hidden_dims: widths of the hidden layers of f_θ.
+    :param int memory_budget_bytes: activation memory one chunk may use.
+    """
+
+    def __init__(self, num_features, latent_dim, hidden_dims, memory_budget_bytes=2**28):
+        super().__init__()
+        if not hidden_dims:
+            raise ValueError("MaskedDecoder needs at least one hidden layer")
+        self.num_features, self.latent_dim = num_features, latent_dim
+        self.hidden_dims = tuple(hidden_dims)
+        self.memory_budget_bytes = memory_budget_bytes
+        first = nn.Linear(latent_dim, self.hidden_dims[0])
+        self.first_weight = first.weight  # (H1, K), used column-normalised
+        self.first_bias = first.bias
+        self.hidden = nn.ModuleList(
+            nn.Linear(a, b) for a, b in zip(self.hidden_dims[:-1], self.hidden_dims[1:])
+        )
+        width = self.hidden_dims[-1]
+        bound = 1 / math.sqrt(width)
+        self.out_weight = nn.Parameter(torch.empty(num_features, width).uniform_(-bound, bound))
+        self.out_bias = nn.Parameter(torch.zeros(num_features))
+        self.output_affine = FeatureAffine(num_features)
+
+    def normalized_first_weight(self):
+        return self.first_weight / self.first_weight.norm(dim=0, keepdim=True).clamp_min(1e-12)
+
+    def chunk_size(self, batch_size):
+        # Forward activations kept for backward: one (batch, hidden) block per layer.
+        bytes_per_feature = batch_size * sum(self.hidden_dims) * 4 * 2
+        return max(1, min(self.num_features, self.memory_budget_bytes // max(1, bytes_per_feature)))
+
+    def _decode_chunk(self, z, mask, out_weight, out_bias, first_weight):
+        # (C, B, K): one masked copy of the batch per feature in the chunk.
+        h = torch.relu_(F.linear(mask.unsqueeze(1) * z, first_weight, self.first_bias))
+        for layer in self.hidden:
+            h = torch.relu_(layer(h))
+        # Feature j only needs row j of the last layer: a batched (B, H) @ (H, 1).
+        out = torch.baddbmm(out_bias[:, None, None], h, out_weight.unsqueeze(-1))
+        return out.squeeze(-1).transpose(0, 1)  # (B, C)
+
+    def forward(self, z, mask):
+        """
+        :param torch.Tensor z: codes, shape ``(..., batch, K)``.
+        :param torch.Tensor mask: W, shape ``(G, K)``.
+        :returns: decoder outputs, shape ``(..., batch, G)``.
+        """
+        batch_shape = z.shape[:-1]
+        z = z.reshape(-1, self.latent_dim)
+        first_weight = self.normalized_first_weight()
+        size = self.chunk_size(z.shape[0])
+        if size >= self.num_features:
+            out = self._decode_chunk(z, mask, self.out_weight, self.out_bias, first_weight)
+        else:
+            pieces = []
+            for start in range(0, self.num_features, size):
+                rows = slice(start, start + size)
+                args = (z, mask[rows], self.out_weight[rows], self.out_bias[rows], first_weight)
+                if torch.is_grad_enabled():
+                    pieces.append(checkpoint(self._decode_chunk, *args, use_reentrant=False))
+                else:
+                    pieces.append(self._decode_chunk(*args))
+            out = torch.cat(pieces, dim=-1)
+        return self.output_affine(out).reshape(*batch_shape, self.num_features)
+
+
+class DenseDecoder(nn.Module):
+    """The VAE decoder: an MLP from K latents to G outputs, then the feature affine map."""
+
+    def __init__(self, num_features, latent_dim, hidden_dims):
+        super().__init__()
+        self.net = mlp(latent_dim, hidden_dims, num_features)
+        self.output_affine = FeatureAffine(num_features)
+
+    def forward(self, z):
+        return self.output_affine(self.net(z))

@@ -1,0 +1,103 @@
+"""
+Priors on global sites that own a fitting step of their own.
+
+A prior here is an ``nn.Module`` that builds the Pyro distribution of one
+global site (``distribution()``) and may define hooks that the training loop
+calls around each optimizer step on the point estimate of that site:
+
+* ``update(param)`` — closed-form updates of the prior's own state (e.g. an
+  EM E-step); also called once before training;
+* ``before_step(param)`` — may rewrite ``param.grad``;
+* ``after_step(param, step_size, max_shift)`` — may map the new value, e.g.
+  through a proximal operator, given the optimizer's per-coordinate step
+  sizes and the largest move one step may make (the learning rate), then
+  calls ``update``.
+
+Priors know nothing of the model they are used in.
+"""
+
+import torch
+from torch import nn
+
+from pyro_sparse.distributions import SpikeSlabLasso
+
+
+class SpikeSlabLassoPrior(nn.Module):
+    r"""
+    The SSL prior on a (G, K) mask W with its EM updates (Moran et al. 2022,
+    Algorithm 1 and Appendix B.1).
+
+    * E-step: E[γ_jk | w_jk, η_k] (Eq. 57) and
+      η_k = (Σ_j E[γ_jk] + a - 1) / (a + b + G - 2), kept as buffers and
+      computed in float64 without autograd, so η never underflows to zero by
+      rounding alone.
+    * M-step for W: the E-step turns the prior term into a weighted lasso
+      -Σ λ*_jk |w_jk| with λ* = λ*(w^(t), η^(t)) (Eq. 55, 58).  It is applied
+      as a proximal step in the optimizer's own metric: ``before_step``
+      removes the lasso's gradient λ*·sign(w) (which autograd put there via
+      the SSL log-density) so the optimizer sees only the smooth part, and
+      ``after_step`` soft-thresholds the new W by step_size·λ*.  Entries in
+      the spike end exactly zero, as in the paper's Fig. 2d, and the penalty
+      is weighed against the likelihood in the same units.  (Left inside an
+      Adam step instead, a small but consistent penalty gradient moves W at
+      the full learning rate and switches off columns before the decoder has
+      learned to use them.)
+
+    The loop's loss must be the full -ELBO (data term scaled by N / batch) so
+    that gradients and λ* are in the same units.
+
+    :param int num_features: G.
+    :param int latent_dim: K.
+    :param float lambda0: spike rate (λ0 ≫ λ1).
+    :param float lambda1: slab rate.
+    :param float a: Beta(a, b) prior on η_k.
+    :param float b: Beta(a, b) prior on η_k; ``None`` means G (Appendix C.2).
+    """
+
+    def __init__(self, num_features, latent_dim, lambda0=10.0, lambda1=1.0, a=1.0, b=None):
+        super().__init__()
+        if not (lambda0 > 0 and lambda1 > 0):
+            raise ValueError(f"lambda0 and lambda1 must be positive, got {lambda0}, {lambda1}")
+        b = float(num_features) if b is None else float(b)
+        if not (a > 0 and b > 0):
+            raise ValueError(f"Beta hyperparameters a and b must be positive, got {a}, {b}")
+        self.lambda0, self.lambda1, self.a, self.b = float(lambda0), float(lambda1), float(a), b
+        self.num_features = num_features
+        self.register_buffer("eta", torch.full((latent_dim,), 0.5))
+        self.register_buffer("inclusion_probs", torch.full((num_features, latent_dim), 0.5))
+
+    def _ssl(self, like):
+        return SpikeSlabLasso(self.eta.to(like.dtype).expand_as(like), self.lambda0, self.lambda1)
+
+    def distribution(self):
+        """The prior of W as a Pyro distribution with event shape (G, K)."""
+        return SpikeSlabLasso(self.eta.expand(self.num_features, -1), self.lambda0, self.lambda1).to_event(2)
+
+    def penalty_weights(self):
+        """λ* (Eq. 58) from the last E-step."""
+        return self.lambda1 * self.inclusion_probs + self.lambda0 * (1 - self.inclusion_probs)
+
+    @torch.no_grad()
+    def update(self, mask):
+        """E-step (Eq. 57) then the closed-form η update of Algorithm 1."""
+        w = mask.detach().double()
+        probs = self._ssl(w).inclusion_probability(w)
+        new_eta = (probs.sum(0) + self.a - 1) / (self.a + self.b + self.num_features - 2)
+        tiny = torch.finfo(self.eta.dtype).tiny
+        self.eta.copy_(new_eta.clamp(tiny, 1 - 1e-6))
+        self.inclusion_probs.copy_(probs)
+
+    @torch.no_grad()
+    def before_step(self, mask):
+        # d/dw of -log SSL(w) is exactly λ*(w)·sign(w); leave only the smooth part.
+        mask.grad.sub_(self._ssl(mask).penalty_weight(mask) * mask.sign())
+
+    @torch.no_grad()
+    def after_step(self, mask, step_size, max_shift):
+        # Capped at the optimizer's largest move: where the smooth gradient has
+        # been ~0, Adam's step size lr/(sqrt(v)+eps) is huge and an uncapped
+        # threshold would zero an entry in one step, before the data could
+        # speak for it.
+        threshold = (step_size * self.penalty_weights()).clamp_max(max_shift)
+        mask.copy_(mask.sign() * (mask.abs() - threshold).clamp_min(0))
+        self.update(mask)

@@ -1,0 +1,91 @@
+"""
+Models by name.  An entry pairs a model class with its guide class and ELBO;
+adding a model to ``train(model=NAME)`` is adding one entry to ``MODELS``.
+
+A registered model is an ``nn.Module`` whose ``forward(x, num_data)`` is a
+Pyro model, with ``site_priors`` (priors of global sites that own fitting
+hooks), ``point_estimate_sites(feature_variances)``, ``beta`` (the weight of
+the z site, which its guide must share) and a ``decoder`` ending in a
+``FeatureAffine`` named ``output_affine``; its constructor takes
+``num_features, latent_dim, likelihood`` and its hyperparameters by keyword.
+"""
+
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+from pyro.infer import TraceMeanField_ELBO
+
+from pyro_sparse.guides import AmortizedNormalGuide
+from pyro_sparse.likelihoods import calibrate_noise_prior
+from pyro_sparse.models import VAE, SparseDGM
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    model: type
+    guide: type
+    elbo: type
+    summary: str
+
+
+MODELS = {
+    "ssl_dgm": ModelEntry(
+        SparseDGM, AmortizedNormalGuide, TraceMeanField_ELBO,
+        "sparse VAE with a Spike-and-Slab Lasso decoder mask (Moran et al. 2022)",
+    ),
+    "vae": ModelEntry(
+        VAE, AmortizedNormalGuide, TraceMeanField_ELBO,
+        "VAE / beta-VAE with a dense decoder (Kingma & Welling 2014; Higgins et al. 2017)",
+    ),
+}
+
+
+def get_entry(name):
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; registered models: {sorted(MODELS)}")
+    return MODELS[name]
+
+
+def hyperparameter_names(name):
+    signature = inspect.signature(get_entry(name).model.__init__)
+    fixed = {"self", "num_features", "latent_dim", "likelihood"}
+    return [p for p in signature.parameters if p not in fixed]
+
+
+def resolve_hyperparameters(name, likelihood, feature_variances, hyper):
+    """Check the user's hyperparameters and fill in data-calibrated ones."""
+    allowed = hyperparameter_names(name)
+    unknown = sorted(set(hyper) - set(allowed))
+    if unknown:
+        raise TypeError(f"model {name!r} has no hyperparameter(s) {unknown}; it accepts {allowed}")
+    hyper = dict(hyper)
+    if likelihood == "gaussian" and "noise_xi" in allowed and hyper.get("noise_xi") is None:
+        nu = hyper.get("noise_nu", inspect.signature(get_entry(name).model.__init__).parameters["noise_nu"].default)
+        hyper["noise_xi"] = calibrate_noise_prior(feature_variances, nu)
+    if "hidden_dims" in hyper:
+        hyper["hidden_dims"] = tuple(int(h) for h in hyper["hidden_dims"])
+    return hyper
+
+
+def build(name, summary, latent_dim, likelihood, hyper):
+    """
+    Model, guide and ELBO for a resolved configuration (see
+    ``resolve_hyperparameters``) and the training data's ``DataSummary``.
+    """
+    entry = get_entry(name)
+    model = entry.model(summary.num_features, latent_dim=latent_dim, likelihood=likelihood, **hyper)
+    guide = entry.guide(
+        summary.num_features,
+        latent_dim,
+        hidden_dims=model.hidden_dims,
+        point_estimates=model.point_estimate_sites(summary.feature_variances),
+        log1p_input=likelihood == "multinomial",
+        kl_weight=model.beta,
+    )
+    if likelihood == "gaussian":
+        # Networks see standardised features; the likelihood stays in data units.
+        scale = np.sqrt(summary.feature_variances)
+        model.decoder.output_affine.set(summary.feature_means, scale)
+        guide.input_affine.set(summary.feature_means, scale)
+    return model, guide, entry.elbo()

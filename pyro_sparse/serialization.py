@@ -1,0 +1,92 @@
+"""
+Model files: tensors and JSON only, loaded with ``torch.load(weights_only=True)``
+so that opening a file never runs code from it.  A SHA-256 checksum over the
+configuration and every tensor detects truncated or altered files.
+"""
+
+import hashlib
+import json
+import os
+import tempfile
+
+import torch
+
+FORMAT = "pyro_sparse.model"
+FORMAT_VERSION = 1
+
+
+class ModelFileError(ValueError):
+    """A model file that is unreadable, corrupt, altered or of another format."""
+
+
+def _checksum(config_json, states):
+    digest = hashlib.sha256(config_json.encode())
+    for part in sorted(states):
+        for key in sorted(states[part]):
+            tensor = states[part][key].detach().cpu().contiguous()
+            digest.update(f"{part}/{key}/{tensor.dtype}/{tuple(tensor.shape)}".encode())
+            digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def write(path, config, states):
+    """
+    Write ``config`` (JSON-able dict) and ``states`` (name -> state dict)
+    atomically: a crash mid-write leaves any previous file at ``path`` intact.
+    """
+    from pyro_sparse import __version__
+
+    config_json = json.dumps(config, sort_keys=True)
+    states = {part: {k: v.detach().cpu() for k, v in state.items()} for part, state in states.items()}
+    payload = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "library_version": __version__,
+        "config_json": config_json,
+        "states": states,
+        "checksum": _checksum(config_json, states),
+    }
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            torch.save(payload, stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def read(path):
+    """The ``(config, states)`` written by :func:`write`, after every check."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no model file at {path!r}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises several types for bad or unsafe files
+        raise ModelFileError(
+            f"{path!r} is not a readable pyro_sparse model file (it may be truncated, "
+            f"corrupt, or contain objects other than tensors, which are refused): {error}"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ModelFileError(f"{path!r} is not a pyro_sparse model file")
+    version = payload.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ModelFileError(
+            f"{path!r} has model-file format version {version}, this library reads version "
+            f"{FORMAT_VERSION}; load it with pyro_sparse {payload.get('library_version')} and refit"
+        )
+    try:
+        config_json, states = payload["config_json"], payload["states"]
+        intact = payload["checksum"] == _checksum(config_json, states)
+    except (KeyError, TypeError, AttributeError, RuntimeError):
+        intact = False
+    if not intact:
+        raise ModelFileError(f"{path!r} fails its checksum: the file was altered or damaged")
+    return json.loads(config_json), states

@@ -1,0 +1,90 @@
+"""Importance-weighted log-likelihood and the KL warm-up handler on models with known answers."""
+
+import math
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro import poutine
+from pyro.infer import TraceMeanField_ELBO
+
+from pyro_sparse.evaluation import expected_observation, importance_log_likelihood, log_importance_weights
+from pyro_sparse.handlers import data_plate, scale_local_latents
+
+
+def model(x, num_data=None):
+    # z ~ N(0, 1), x | z ~ N(z, 1)  =>  x ~ N(0, 2), z | x ~ N(x / 2, 1 / 2)
+    pyro.sample("s", dist.Delta(torch.tensor(1.0)))  # a global site, excluded from the weights
+    with data_plate(x, num_data):
+        z = pyro.sample("z", dist.Normal(0.0, 1.0))
+        pyro.sample("x", dist.Normal(z, 1.0), obs=x)
+
+
+def make_guide(shift=0.0, scale=math.sqrt(0.5)):
+    def guide(x, num_data=None):
+        pyro.sample("s", dist.Delta(torch.tensor(1.0)))
+        with data_plate(x, num_data):
+            pyro.sample("z", dist.Normal(x / 2 + shift, scale))
+
+    return guide
+
+
+def exact_log_marginal(x):
+    return dist.Normal(0.0, math.sqrt(2.0)).log_prob(x)
+
+
+def test_exact_posterior_gives_exact_log_likelihood():
+    x = torch.linspace(-3, 3, 7)
+    estimate = importance_log_likelihood(model, make_guide(), x, num_samples=3)
+    torch.testing.assert_close(estimate, exact_log_marginal(x), atol=1e-5, rtol=0)
+
+
+def test_importance_weighting_tightens_towards_the_marginal():
+    torch.manual_seed(0)
+    x = torch.linspace(-2, 2, 5)
+    guide = make_guide(shift=0.7, scale=1.2)
+    exact = exact_log_marginal(x)
+    elbo = torch.stack([log_importance_weights(model, guide, x) for _ in range(4000)]).mean(0)
+    iw = importance_log_likelihood(model, guide, x, num_samples=4000)
+    assert (elbo < exact - 0.1).all()  # the ELBO of a poor guide is a strict bound
+    torch.testing.assert_close(iw, exact, atol=0.05, rtol=0)
+
+
+def test_weights_ignore_minibatch_scaling():
+    x = torch.linspace(-1, 1, 4)
+    a = importance_log_likelihood(model, make_guide(), x, num_samples=2)
+    b = importance_log_likelihood(lambda x: model(x, num_data=1000), make_guide(), x, num_samples=2)
+    torch.testing.assert_close(a, b)
+
+
+def test_expected_observation_is_the_mean_at_the_posterior_mean():
+    x = torch.tensor([1.0, -2.0])
+    torch.testing.assert_close(expected_observation(model, make_guide(), x), x / 2)
+
+
+@pytest.mark.parametrize("factor", [0.25, 1.0])
+def test_kl_warmup_scales_only_the_local_kl(factor):
+    x = torch.linspace(-2, 2, 5)
+    guide = make_guide(shift=0.3, scale=0.9)
+    elbo = TraceMeanField_ELBO()
+    losses = {}
+    for f in (0.0, factor):
+        torch.manual_seed(0)  # the same z draw, so only the KL weight differs
+        with scale_local_latents(f):
+            losses[f] = elbo.differentiable_loss(model, guide, x)
+    kl = torch.distributions.kl_divergence(dist.Normal(x / 2 + 0.3, 0.9), dist.Normal(0.0, 1.0)).sum()
+    torch.testing.assert_close(losses[factor] - losses[0.0], factor * kl, rtol=1e-5, atol=1e-5)
+
+
+def test_kl_warmup_leaves_global_sites_alone():
+    def global_model(x):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with data_plate(x):
+            pyro.sample("x", dist.Normal(w, 1.0), obs=x)
+
+    def global_guide(x):
+        pyro.sample("w", dist.Normal(0.5, 0.5))
+
+    trace = poutine.trace(scale_local_latents(0.0)(global_model)).get_trace(torch.zeros(3))
+    assert trace.nodes["w"]["scale"] == 1.0

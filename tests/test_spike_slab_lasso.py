@@ -1,0 +1,425 @@
+"""Tests of the marginal Spike-and-Slab Lasso distribution.
+
+In the spirit of Pyro's own distribution tests: the density is checked against
+an independent numpy computation and against numerical integration, samples
+are checked statistically against the exact moments and the exact CDF, and the
+batching machinery (expand, plate, to_event) is exercised.
+"""
+
+import math
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import scipy.integrate
+import scipy.stats
+import torch
+from pyro import poutine
+
+from pyro_sparse.distributions import SpikeSlabLasso
+
+
+# ----------------------------------------------------------------- helpers ---
+def numpy_density(w, eta, lambda0, lambda1):
+    """The mixture density, written out with the Laplace normalisers."""
+    w = np.abs(np.asarray(w, dtype=np.float64))
+    slab = lambda1 / 2.0 * np.exp(-lambda1 * w)
+    spike = lambda0 / 2.0 * np.exp(-lambda0 * w)
+    return eta * slab + (1.0 - eta) * spike
+
+
+def mixture_cdf(w, eta, lambda0, lambda1):
+    """Exact CDF of eta * Laplace(0, 1/lambda1) + (1 - eta) * Laplace(0, 1/lambda0)."""
+    w = np.asarray(w, dtype=np.float64)
+    tail = 0.5 * (eta * np.exp(-lambda1 * np.abs(w)) + (1.0 - eta) * np.exp(-lambda0 * np.abs(w)))
+    return np.where(w < 0, tail, 1.0 - tail)
+
+
+def exceed_prob(threshold, eta, lambda0, lambda1):
+    """P(|W| > threshold)."""
+    return eta * math.exp(-lambda1 * threshold) + (1 - eta) * math.exp(-lambda0 * threshold)
+
+
+def laplace_moment4(lam):
+    return 24.0 / lam**4
+
+
+PARAMS = [
+    # eta, lambda0, lambda1
+    (0.01, 10.0, 1.0),
+    (0.5, 10.0, 1.0),
+    (0.99, 10.0, 1.0),
+    (0.01, 50.0, 0.5),
+    (0.5, 50.0, 2.0),
+    (0.99, 50.0, 1.0),
+    (0.2, 25.0, 1.0),
+]
+
+
+# --------------------------------------------------------------- log_prob ---
+@pytest.mark.parametrize("eta,lambda0,lambda1", PARAMS)
+def test_log_prob_integrates_to_one(eta, lambda0, lambda1):
+    d = SpikeSlabLasso(torch.tensor(eta, dtype=torch.float64), lambda0, lambda1)
+
+    def density(w):
+        return math.exp(d.log_prob(torch.tensor(w, dtype=torch.float64)).item())
+
+    # The density is symmetric: integrate (0, L) and double.  L covers the slab
+    # tail up to exp(-60); break points resolve the narrow spike.
+    upper = 60.0 / lambda1
+    points = [0.1 / lambda0, 1.0 / lambda0, 5.0 / lambda0, 20.0 / lambda0, 1.0 / lambda1]
+    half, err = scipy.integrate.quad(density, 0.0, upper, points=points, limit=500, epsabs=1e-12)
+    assert err < 1e-8
+    assert abs(2 * half - 1.0) < 1e-7
+
+    # A wrong normaliser on either component would break this, so also check
+    # each half-line separately (symmetry).
+    neg_half, _ = scipy.integrate.quad(
+        density, -upper, 0.0, points=[-p for p in points], limit=500, epsabs=1e-12
+    )
+    assert abs(neg_half - half) < 1e-9
+
+
+@pytest.mark.parametrize("eta,lambda0,lambda1", PARAMS)
+def test_log_prob_trapezoid_on_fine_grid(eta, lambda0, lambda1):
+    # Independent of quad: a trapezoid rule on a grid that is fine relative to
+    # the spike width 1/lambda0 near zero and coarser in the slab tail.
+    d = SpikeSlabLasso(torch.tensor(eta, dtype=torch.float64), lambda0, lambda1)
+    inner = np.linspace(0.0, 30.0 / lambda0, 30001)
+    outer = np.linspace(30.0 / lambda0, 60.0 / lambda1, 200001)[1:]
+    grid = np.concatenate([inner, outer])
+    dens = d.log_prob(torch.from_numpy(grid)).exp().numpy()
+    total = 2 * np.trapezoid(dens, grid)
+    assert abs(total - 1.0) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_log_prob_matches_numpy(dtype):
+    eta = np.array([0.01, 0.3, 0.5, 0.99, 1.0, 0.0])
+    lambda0 = np.array([10.0, 20.0, 50.0, 10.0, 30.0, 15.0])
+    lambda1 = np.array([1.0, 0.5, 2.0, 1.0, 1.0, 0.7])
+    w = np.array([[0.0], [1e-3], [-0.05], [0.2], [-1.0], [3.0], [-7.5]])  # (7, 1) x (6,)
+    d = SpikeSlabLasso(
+        torch.tensor(eta, dtype=dtype),
+        torch.tensor(lambda0, dtype=dtype),
+        torch.tensor(lambda1, dtype=dtype),
+    )
+    actual = d.log_prob(torch.tensor(w, dtype=dtype))
+    assert actual.shape == (7, 6)
+    assert actual.dtype == dtype
+    expected = np.log(numpy_density(w, eta, lambda0, lambda1))
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    np.testing.assert_allclose(actual.double().numpy(), expected, rtol=tol, atol=tol)
+
+
+def test_log_prob_normalisers_explicit():
+    # At w = 0 the density is eta*lambda1/2 + (1-eta)*lambda0/2: a check of
+    # the normalising constants that does not involve the exponentials at all.
+    d = SpikeSlabLasso(torch.tensor(0.25, dtype=torch.float64), 40.0, 2.0)
+    expected = math.log(0.25 * 1.0 + 0.75 * 20.0)
+    assert d.log_prob(torch.tensor(0.0, dtype=torch.float64)).item() == pytest.approx(
+        expected, abs=1e-13
+    )
+    # Far in the tail the spike is negligible: log(eta * lambda1 / 2) - lambda1 |w|.
+    w = 10.0
+    expected_tail = math.log(0.25 * 1.0) - 2.0 * w
+    assert d.log_prob(torch.tensor(-w, dtype=torch.float64)).item() == pytest.approx(
+        expected_tail, abs=1e-12
+    )
+
+
+def test_log_prob_extreme_values_finite():
+    d = SpikeSlabLasso(torch.tensor([1e-30, 0.5, 1.0 - 1e-7]), 1000.0, 1.0)
+    lp = d.log_prob(torch.tensor([[0.0], [1e3], [-1e3], [1e-8]]))
+    assert torch.isfinite(lp).all()
+
+
+# ------------------------------------------------------------ mean / var ---
+@pytest.mark.parametrize("eta,lambda0,lambda1", PARAMS[:4])
+def test_mean_variance_match_numerical_moments(eta, lambda0, lambda1):
+    d = SpikeSlabLasso(torch.tensor(eta, dtype=torch.float64), lambda0, lambda1)
+    assert d.mean.item() == 0.0
+
+    def second_moment_integrand(w):
+        return w * w * numpy_density(w, eta, lambda0, lambda1)
+
+    upper = 80.0 / lambda1
+    half, _ = scipy.integrate.quad(
+        second_moment_integrand, 0.0, upper, points=[1 / lambda0, 10 / lambda0], limit=500
+    )
+    expected = 2 * eta / lambda1**2 + 2 * (1 - eta) / lambda0**2
+    assert d.variance.item() == pytest.approx(expected, rel=1e-12)
+    assert d.variance.item() == pytest.approx(2 * half, rel=1e-7)
+
+
+def test_mean_variance_shapes():
+    d = SpikeSlabLasso(torch.rand(3, 1), torch.tensor([10.0, 20.0]), 1.0)
+    assert d.batch_shape == (3, 2)
+    assert d.mean.shape == (3, 2)
+    assert d.variance.shape == (3, 2)
+
+
+# ---------------------------------------------------------------- samples ---
+@pytest.mark.parametrize("eta,lambda0,lambda1", PARAMS)
+def test_sample_moments(eta, lambda0, lambda1):
+    torch.manual_seed(0)
+    n = 200_000
+    d = SpikeSlabLasso(torch.tensor(eta, dtype=torch.float64), lambda0, lambda1)
+    x = d.sample((n,))
+    assert x.shape == (n,)
+    assert x.dtype == torch.float64
+
+    var = d.variance.item()
+    # Sample mean: sd sqrt(var / n).
+    assert abs(x.mean().item()) < 5 * math.sqrt(var / n)
+    # Sample second moment about the known mean 0: sd sqrt((mu4 - var^2) / n).
+    mu4 = eta * laplace_moment4(lambda1) + (1 - eta) * laplace_moment4(lambda0)
+    m2 = (x**2).mean().item()
+    assert abs(m2 - var) < 5 * math.sqrt((mu4 - var**2) / n)
+
+
+@pytest.mark.parametrize("eta,lambda0,lambda1", PARAMS)
+def test_sample_tail_fraction(eta, lambda0, lambda1):
+    torch.manual_seed(1)
+    n = 200_000
+    d = SpikeSlabLasso(torch.tensor(eta), lambda0, lambda1)
+    x = d.sample((n,))
+    for threshold in [0.5 / lambda0, 3.0 / lambda0, 0.5 / lambda1]:
+        p = exceed_prob(threshold, eta, lambda0, lambda1)
+        frac = (x.abs() > threshold).double().mean().item()
+        sd = math.sqrt(p * (1 - p) / n)
+        assert abs(frac - p) < 5 * sd + 1e-12, (threshold, frac, p)
+    # Symmetry: the fraction of positive samples is 1/2.
+    pos = (x > 0).double().mean().item()
+    assert abs(pos - 0.5) < 5 * math.sqrt(0.25 / n)
+
+
+@pytest.mark.parametrize("eta,lambda0,lambda1", PARAMS)
+def test_sample_ks(eta, lambda0, lambda1):
+    torch.manual_seed(2)
+    n = 50_000
+    d = SpikeSlabLasso(torch.tensor(eta, dtype=torch.float64), lambda0, lambda1)
+    x = d.sample((n,)).numpy()
+    result = scipy.stats.kstest(x, lambda w: mixture_cdf(w, eta, lambda0, lambda1))
+    assert result.pvalue > 1e-3, result
+
+
+def test_ks_detects_wrong_distribution():
+    # Sanity check of the test above: samples from a different mixture weight
+    # are rejected by the same KS statistic at this sample size.
+    torch.manual_seed(3)
+    x = SpikeSlabLasso(torch.tensor(0.3, dtype=torch.float64), 20.0, 1.0).sample((50_000,))
+    result = scipy.stats.kstest(x.numpy(), lambda w: mixture_cdf(w, 0.25, 20.0, 1.0))
+    assert result.pvalue < 1e-3
+
+
+def test_sample_batched_parameters():
+    # Each batch element must use its own (eta, lambda0, lambda1).
+    torch.manual_seed(4)
+    n = 100_000
+    eta = torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64)
+    lambda0 = torch.tensor([10.0, 30.0, 50.0], dtype=torch.float64)
+    lambda1 = torch.tensor([1.0, 2.0, 0.5], dtype=torch.float64)
+    d = SpikeSlabLasso(eta, lambda0, lambda1)
+    x = d.sample((n, 2))
+    assert x.shape == (n, 2, 3)
+    x = x.reshape(-1, 3)
+    for k in range(3):
+        args = (eta[k].item(), lambda0[k].item(), lambda1[k].item())
+        result = scipy.stats.kstest(x[:, k].numpy(), lambda w, a=args: mixture_cdf(w, *a))
+        assert result.pvalue > 1e-3, (k, result)
+
+
+def test_sample_no_grad_and_seeded():
+    eta = torch.tensor(0.4, requires_grad=True)
+    d = SpikeSlabLasso(eta, 10.0, 1.0)
+    torch.manual_seed(5)
+    a = d.sample((10,))
+    torch.manual_seed(5)
+    b = d.sample((10,))
+    assert not a.requires_grad
+    assert torch.equal(a, b)
+
+
+# ------------------------------------------------------- expand / batching ---
+def test_expand():
+    torch.manual_seed(6)
+    d = SpikeSlabLasso(torch.tensor([0.1, 0.6, 0.9]), torch.tensor([10.0, 20.0, 40.0]), 1.0)
+    e = d.expand((4, 3))
+    assert isinstance(e, SpikeSlabLasso)
+    assert e.batch_shape == (4, 3)
+    assert e.event_shape == ()
+    value = torch.randn(4, 3)
+    assert torch.allclose(e.log_prob(value), d.log_prob(value))
+    assert torch.allclose(e.inclusion_probability(value), d.inclusion_probability(value))
+    assert e.sample().shape == (4, 3)
+    assert e.sample((2,)).shape == (2, 4, 3)
+    # Expanding a scalar distribution.
+    s = SpikeSlabLasso(torch.tensor(0.3), 15.0, 1.0).expand([5])
+    assert s.batch_shape == (5,)
+    assert torch.allclose(
+        s.log_prob(value[0, :1].expand(5)),
+        SpikeSlabLasso(torch.tensor(0.3), 15.0, 1.0).log_prob(value[0, :1]).expand(5),
+    )
+    with pytest.raises((ValueError, RuntimeError)):
+        d.expand((4, 2))
+
+
+def test_expand_keeps_validate_args():
+    d = SpikeSlabLasso(torch.tensor(0.3), 15.0, 1.0, validate_args=True)
+    e = d.expand((3,))
+    assert e._validate_args
+    with pytest.raises(ValueError):
+        e.log_prob(torch.tensor([0.0, float("nan"), 1.0]))
+
+
+def test_plate_and_to_event():
+    eta = torch.tensor([0.2, 0.7])
+    d = SpikeSlabLasso(eta, 12.0, 1.5)
+
+    def model():
+        with pyro.plate("rows", 4, dim=-2):
+            with pyro.plate("cols", 2, dim=-1):
+                w = pyro.sample("w", d)
+        v = pyro.sample("v", SpikeSlabLasso(eta, 12.0, 1.5).expand([3, 2]).to_event(2))
+        return w, v
+
+    pyro.set_rng_seed(7)
+    trace = poutine.trace(model).get_trace()
+    trace.compute_log_prob()
+    w_site, v_site = trace.nodes["w"], trace.nodes["v"]
+    assert w_site["value"].shape == (4, 2)
+    assert w_site["fn"].batch_shape == (4, 2)
+    assert torch.allclose(w_site["log_prob"], d.log_prob(w_site["value"]))
+    assert v_site["value"].shape == (3, 2)
+    assert v_site["fn"].event_shape == (3, 2)
+    assert v_site["fn"].batch_shape == ()
+    assert v_site["log_prob"].shape == ()
+    assert torch.allclose(v_site["log_prob"], d.log_prob(v_site["value"]).sum())
+    expected_total = d.log_prob(w_site["value"]).sum() + d.log_prob(v_site["value"]).sum()
+    assert torch.allclose(trace.log_prob_sum(), expected_total)
+
+
+def test_to_event_independent():
+    d = SpikeSlabLasso(torch.full((5, 3), 0.4), 10.0, 1.0).to_event(1)
+    assert isinstance(d, dist.Independent)
+    assert d.batch_shape == (5,) and d.event_shape == (3,)
+    value = torch.randn(5, 3)
+    assert torch.allclose(d.log_prob(value), d.base_dist.log_prob(value).sum(-1))
+
+
+# ---------------------------------------------------------- validate_args ---
+@pytest.mark.parametrize(
+    "eta,lambda0,lambda1",
+    [(1.5, 10.0, 1.0), (-0.1, 10.0, 1.0), (0.5, -10.0, 1.0), (0.5, 10.0, -1.0), (0.5, 0.0, 1.0),
+     (0.5, 10.0, 0.0), (float("nan"), 10.0, 1.0)],
+)
+def test_validate_args_rejects(eta, lambda0, lambda1):
+    with pytest.raises(ValueError):
+        SpikeSlabLasso(torch.tensor(eta), torch.tensor(lambda0), torch.tensor(lambda1),
+                       validate_args=True)
+
+
+@pytest.mark.parametrize("eta", [0.0, 1e-30, 0.5, 1.0])
+def test_validate_args_accepts(eta):
+    d = SpikeSlabLasso(torch.tensor(eta), 10.0, 1.0, validate_args=True)
+    assert torch.isfinite(d.log_prob(torch.tensor([0.0, 0.3, -2.0]))).all()
+    # Invalid parameters are accepted silently when validation is off.
+    SpikeSlabLasso(torch.tensor(1.5), 10.0, 1.0, validate_args=False)
+
+
+# ------------------------------------------------- inclusion probability ---
+def test_inclusion_probability_matches_numpy():
+    eta = np.array([0.01, 0.2, 0.5, 0.9])
+    lambda0, lambda1 = 20.0, 1.0
+    w = np.array([[0.0], [0.01], [-0.1], [0.2], [0.5], [-2.0]])
+    slab = eta * lambda1 / 2 * np.exp(-lambda1 * np.abs(w))
+    spike = (1 - eta) * lambda0 / 2 * np.exp(-lambda0 * np.abs(w))
+    expected = slab / (slab + spike)
+    d = SpikeSlabLasso(torch.tensor(eta), lambda0, lambda1)
+    actual = d.inclusion_probability(torch.tensor(w)).numpy()
+    np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-15)
+    pw = d.penalty_weight(torch.tensor(w)).numpy()
+    np.testing.assert_allclose(pw, lambda1 * expected + lambda0 * (1 - expected), rtol=1e-12)
+
+
+def test_inclusion_probability_extremes():
+    d = SpikeSlabLasso(torch.tensor(0.1, dtype=torch.float64), 30.0, 1.0)
+    # Large |w| with eta not tiny: essentially surely in the slab.
+    assert d.inclusion_probability(torch.tensor(2.0, dtype=torch.float64)).item() > 1 - 1e-12
+    assert d.inclusion_probability(torch.tensor(-2.0, dtype=torch.float64)).item() > 1 - 1e-12
+    assert d.penalty_weight(torch.tensor(2.0, dtype=torch.float64)).item() == pytest.approx(1.0)
+    # w = 0 with small eta: p = eta l1 / (eta l1 + (1 - eta) l0).
+    d = SpikeSlabLasso(torch.tensor(0.01, dtype=torch.float64), 30.0, 1.0)
+    p0 = d.inclusion_probability(torch.tensor(0.0, dtype=torch.float64)).item()
+    assert p0 == pytest.approx(0.01 / (0.01 + 0.99 * 30.0), rel=1e-12)
+    assert p0 < 1e-3
+    # Monotone in |w|.
+    w = torch.linspace(0, 3, 301, dtype=torch.float64)
+    p = d.inclusion_probability(w)
+    assert (p[1:] >= p[:-1]).all()
+    assert torch.allclose(p, d.inclusion_probability(-w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_inclusion_probability_stable(dtype):
+    eta = torch.tensor([0.0, 1e-30, 1e-6, 0.5, 1 - 1e-6, 1.0], dtype=dtype)
+    w = torch.tensor([[0.0], [1e-6], [1.0], [1e3], [-1e3]], dtype=dtype)
+    d = SpikeSlabLasso(eta, 1000.0, 1.0)
+    p = d.inclusion_probability(w)
+    lam = d.penalty_weight(w)
+    assert not torch.isnan(p).any()
+    assert not torch.isnan(lam).any()
+    assert ((p >= 0) & (p <= 1)).all()
+    assert ((lam >= 1.0 - 1e-3) & (lam <= 1000.0 * (1 + 1e-6))).all()
+    # eta = 0: never in the slab; eta = 1: always.
+    assert (p[:, 0] == 0).all()
+    assert (p[:, -1] == 1).all()
+    # w = 1e3 is in the slab whenever eta > 0, even eta = 1e-30.
+    assert (p[3:, 1:] == 1).all()
+    # eta = 1e-30 at w = 0: p ~ eta * l1 / l0, tiny but representable in float64.
+    if dtype == torch.float64:
+        assert p[0, 1].item() == pytest.approx(1e-30 / 1000.0, rel=1e-9)
+
+
+# --------------------------------------------------------------- gradient ---
+@pytest.mark.parametrize("eta,lambda0,lambda1", [(0.5, 10.0, 1.0), (0.05, 50.0, 1.0),
+                                                  (0.9, 20.0, 0.5)])
+def test_grad_log_prob_is_minus_penalty_weight(eta, lambda0, lambda1):
+    d = SpikeSlabLasso(torch.tensor(eta, dtype=torch.float64), lambda0, lambda1)
+    w = torch.linspace(-3.0, 3.0, 601, dtype=torch.float64)
+    w = w[w != 0]
+    w = torch.cat([w, torch.tensor([1e-8, -1e-8, 5 / lambda0, -5 / lambda0], dtype=torch.float64)])
+    w.requires_grad_(True)
+    (grad,) = torch.autograd.grad(d.log_prob(w).sum(), w)
+    expected = -d.penalty_weight(w.detach()) * w.detach().sign()
+    torch.testing.assert_close(grad, expected, rtol=1e-10, atol=1e-10)
+
+    # Central finite differences, away from the kink at 0.
+    x = w.detach()
+    x = x[x.abs() > 1e-3]
+    h = 1e-6
+    fd = (d.log_prob(x + h) - d.log_prob(x - h)) / (2 * h)
+    expected = -d.penalty_weight(x) * x.sign()
+    torch.testing.assert_close(fd, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_grad_wrt_parameters_finite():
+    eta = torch.tensor([1e-6, 0.5, 1 - 1e-6], dtype=torch.float64, requires_grad=True)
+    lambda0 = torch.tensor(20.0, dtype=torch.float64, requires_grad=True)
+    lambda1 = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    lp = SpikeSlabLasso(eta, lambda0, lambda1).log_prob(torch.tensor([[0.0], [0.3], [-4.0]],
+                                                                   dtype=torch.float64))
+    grads = torch.autograd.grad(lp.sum(), [eta, lambda0, lambda1])
+    assert all(torch.isfinite(g).all() for g in grads)
+    # d/d eta log p = (psi1 - psi0) / p, checked at w = 0.3.
+    w = 0.3
+    psi1 = numpy_density(w, 1.0, 20.0, 1.0)
+    psi0 = numpy_density(w, 0.0, 20.0, 1.0)
+    e = eta.detach().numpy()
+    (g_eta,) = torch.autograd.grad(
+        SpikeSlabLasso(eta, 20.0, 1.0).log_prob(torch.tensor(w, dtype=torch.float64)).sum(), eta
+    )
+    np.testing.assert_allclose(g_eta.numpy(), (psi1 - psi0) / (e * psi1 + (1 - e) * psi0),
+                               rtol=1e-10)
