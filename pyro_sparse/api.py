@@ -154,6 +154,7 @@ def train(
     progress=True,
     validation_fraction=0.0,
     early_stopping=None,
+    kl_warmup_epochs=None,
     **hyperparameters,
 ):
     """
@@ -165,6 +166,10 @@ def train(
     ``lambda1=1``, ``a=1``, ``b=None`` (= G), ``beta=1``,
     ``prior_covariance=None``, ``noise_nu=3``, ``noise_xi=None`` (calibrated from
     the data, Appendix C.2).  See ``pyro_sparse.registry.MODELS``.
+
+    ``kl_warmup_epochs`` (default: a quarter of ``max_epochs``) ramps the KL
+    weight of z from 0 to 1 so the decoder learns to use the codes before the
+    KL can collapse them; the objective after the warm-up is the paper's.
     """
     registry.get_entry(model)
     likelihood = check_likelihood(likelihood)
@@ -193,7 +198,13 @@ def train(
         "feature_means": summary.feature_means.tolist(),
         "feature_variances": summary.feature_variances.tolist(),
         "hyperparameters": {k: _jsonable(v) for k, v in hyper.items()},
-        "training": {"max_epochs": max_epochs, "batch_size": batch_size, "lr": lr, "seed": seed},
+        "training": {
+            "max_epochs": max_epochs,
+            "batch_size": batch_size,
+            "lr": lr,
+            "seed": seed,
+            "kl_warmup_epochs": kl_warmup_epochs,
+        },
     }
     model_module, guide, elbo = _assemble(config, device)
     history = fit(
@@ -209,6 +220,7 @@ def train(
         generator=generator,
         progress=progress,
         early_stopping=early_stopping,
+        kl_warmup_epochs=max_epochs / 4 if kl_warmup_epochs is None else kl_warmup_epochs,
     )
     return FittedModel(config, model_module, guide, history)
 

@@ -52,9 +52,12 @@ class SpikeSlabLassoPrior(nn.Module):
     :param float lambda1: slab rate.
     :param float a: Beta(a, b) prior on η_k.
     :param float b: Beta(a, b) prior on η_k; ``None`` means G (Appendix C.2).
+    :param float gradient_averaging: weight of the newest gradient in the
+        running average that decides whether a zero entry may leave zero
+        (0.01 averages over about 100 steps).
     """
 
-    def __init__(self, num_features, latent_dim, lambda0=10.0, lambda1=1.0, a=1.0, b=None):
+    def __init__(self, num_features, latent_dim, lambda0=10.0, lambda1=1.0, a=1.0, b=None, gradient_averaging=0.01):
         super().__init__()
         if not (lambda0 > 0 and lambda1 > 0):
             raise ValueError(f"lambda0 and lambda1 must be positive, got {lambda0}, {lambda1}")
@@ -62,9 +65,13 @@ class SpikeSlabLassoPrior(nn.Module):
         if not (a > 0 and b > 0):
             raise ValueError(f"Beta hyperparameters a and b must be positive, got {a}, {b}")
         self.lambda0, self.lambda1, self.a, self.b = float(lambda0), float(lambda1), float(a), b
+        self.gradient_averaging = float(gradient_averaging)
         self.num_features = num_features
         self.register_buffer("eta", torch.full((latent_dim,), 0.5))
         self.register_buffer("inclusion_probs", torch.full((num_features, latent_dim), 0.5))
+        self.register_buffer("average_gradient", torch.zeros(num_features, latent_dim))
+        self.register_buffer("num_steps", torch.zeros((), dtype=torch.long))
+        self._was_zero = None
 
     def _ssl(self, like):
         return SpikeSlabLasso(self.eta.to(like.dtype).expand_as(like), self.lambda0, self.lambda1)
@@ -91,6 +98,9 @@ class SpikeSlabLassoPrior(nn.Module):
     def before_step(self, mask):
         # d/dw of -log SSL(w) is exactly λ*(w)·sign(w); leave only the smooth part.
         mask.grad.sub_(self._ssl(mask).penalty_weight(mask) * mask.sign())
+        self.num_steps += 1
+        self.average_gradient.lerp_(mask.grad.to(self.average_gradient.dtype), max(self.gradient_averaging, 1 / self.num_steps.item()))
+        self._was_zero = mask == 0
 
     @torch.no_grad()
     def after_step(self, mask, step_size, max_shift):
@@ -98,6 +108,13 @@ class SpikeSlabLassoPrior(nn.Module):
         # been ~0, Adam's step size lr/(sqrt(v)+eps) is huge and an uncapped
         # threshold would zero an entry in one step, before the data could
         # speak for it.
-        threshold = (step_size * self.penalty_weights()).clamp_max(max_shift)
+        penalty = self.penalty_weights()
+        threshold = (step_size * penalty).clamp_max(max_shift)
         mask.copy_(mask.sign() * (mask.abs() - threshold).clamp_min(0))
+        # A zero entry stays zero until the gradient averaged over many steps
+        # beats its penalty (the zero test of regularized dual averaging, Xiao
+        # 2010).  Tested on one minibatch's gradient instead, spike entries
+        # flicker off zero whenever the minibatch noise exceeds λ*.
+        if self._was_zero is not None:
+            mask.masked_fill_(self._was_zero & (self.average_gradient.abs() <= penalty), 0.0)
         self.update(mask)

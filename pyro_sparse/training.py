@@ -56,7 +56,6 @@ def fit(
     generator=None,
     progress=False,
     early_stopping=None,
-    prior_warmup_epochs=0,
     kl_warmup_epochs=0,
 ):
     """
@@ -69,9 +68,6 @@ def fit(
     the guide's point estimate of that site (e.g. the SSL proximal step and
     E-step), giving ``after_step`` Adam's per-coordinate step sizes.
 
-    :param float prior_warmup_epochs: the priors' proximal steps are scaled
-        from 0 up to full strength linearly over this many epochs, so the
-        networks learn to use the codes before the penalty can prune them.
     :param float kl_warmup_epochs: the KL term of the local codes is weighted
         from 0 up to 1 linearly over this many epochs (Bowman et al. 2016), so
         the decoder learns to use z before the KL can collapse q(z|x) onto
@@ -93,7 +89,6 @@ def fit(
     best = (math.inf, None)
     epochs_without_improvement = 0
     steps_per_epoch = math.ceil(num_data / batch_size)
-    prior_warmup_steps = max(1.0, prior_warmup_epochs * steps_per_epoch)
     kl_warmup_steps = max(1.0, kl_warmup_epochs * steps_per_epoch)
     step = 0
     for epoch in tqdm(range(max_epochs), disable=not progress, desc="epochs"):
@@ -113,9 +108,8 @@ def fit(
                 prior.before_step(param)
             optimizer.step()
             step += 1
-            warmup = min(1.0, step / prior_warmup_steps)
             for prior, param in hooked:
-                prior.after_step(param, warmup * adam_step_sizes(optimizer, param), warmup * lr)
+                prior.after_step(param, adam_step_sizes(optimizer, param), lr)
             epoch_loss += loss.item()
             num_steps += 1
         history["train_loss"].append(epoch_loss / num_steps / num_data)

@@ -394,3 +394,41 @@ def test_proximal_origin_is_a_local_minimum_between_thresholds():
     assert prior.penalty_weights()[0, 0].item() > 3.0
     w_slab, _ = run_proximal([3.0], c, lambda0, lambda1, w0=[3.5], steps=1500, b=1.0)
     assert w_slab.item() == pytest.approx(2.0, abs=2e-3)
+
+
+# ------------------------------------------ zero entries under noisy gradients ---
+def fraction_exactly_zero(t, noise, gradient_averaging, steps=2500, tail=500):
+    """Adam + hooks on 0.5 (w - t)^2 - log SSL(w) with N(0, noise^2) added to every
+    gradient (a minibatch gradient); the share of the last ``tail`` iterates that are 0."""
+    torch.manual_seed(0)
+    prior = SpikeSlabLassoPrior(1, len(t), lambda0=10.0, lambda1=1.0, gradient_averaging=gradient_averaging)
+    w = torch.nn.Parameter(torch.full((1, len(t)), 0.5))
+    target = torch.tensor([t])
+    optimizer = torch.optim.Adam([w], lr=0.01)
+    prior.update(w)
+    zero = torch.zeros(len(t))
+    for step in range(steps):
+        optimizer.zero_grad()
+        noisy = (noise * torch.randn_like(w) * w).sum()
+        loss = 0.5 * ((w - target) ** 2).sum() + noisy - prior.distribution().log_prob(w)
+        loss.backward()
+        prior.before_step(w)
+        optimizer.step()
+        prior.after_step(w, adam_step_sizes(optimizer, w), 0.01)
+        if step >= steps - tail:
+            zero += (w.detach()[0] == 0).float()
+    return zero / tail
+
+
+def test_spike_entries_stay_exactly_zero_under_minibatch_noise():
+    # |t| < lambda0 = 10 but the gradient noise (sd 50) is far above it.
+    averaged = fraction_exactly_zero([0.5, -0.5, 0.0], noise=50.0, gradient_averaging=0.01)
+    newest_only = fraction_exactly_zero([0.5, -0.5, 0.0], noise=50.0, gradient_averaging=1.0)
+    assert (averaged > 0.95).all(), averaged
+    assert (newest_only < 0.8).all(), newest_only  # what a one-minibatch zero test gives
+
+
+def test_zero_entries_leave_zero_when_the_average_gradient_beats_the_penalty():
+    # c|t| = 40 > lambda0: the entry must leave zero despite the noise and stay in the slab.
+    fraction = fraction_exactly_zero([40.0, -40.0], noise=50.0, gradient_averaging=0.01)
+    assert (fraction == 0).all(), fraction

@@ -1,0 +1,166 @@
+"""
+Per-step time (forward + backward) of the sparse decoder f_θ(w_j ⊙ z_i)_j,
+against, in the same run:
+
+* a literal per-feature loop (one pass of the shared network per feature, as
+  the paper describes the cost and the reference code implements it);
+* a plain VAE decoder of the same widths (K -> H -> H -> H -> G);
+* the plain matmuls the sparse decoder cannot avoid, with the same shapes, as
+  a roofline: (B·G, K)@(K, H), two (B·G, H)@(H, H), the per-feature (H -> 1)
+  rows, each forward and the two backward products.
+
+Reports ms/step, achieved GFLOP/s and decoder time / matmul time (target
+≤ 1.3).  ``--memory`` runs each G in a fresh process and reports peak resident
+memory with a fixed chunk budget, which should not grow with G.
+
+    python benchmarks/decoder_speed.py                  # G in {300, 1000}, K=50, H=300, batch 128
+    python benchmarks/decoder_speed.py --device cuda
+    python benchmarks/decoder_speed.py --memory --features 1000,4000,16000
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+
+from pyro_sparse.nn import DenseDecoder, MaskedDecoder
+
+
+def timed(step, device, repeats):
+    step()  # warm-up (allocator, kernels)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def per_feature_loop(decoder, z, mask):
+    """One pass of the shared network per feature: the reference's cost model."""
+    first_weight = decoder.normalized_first_weight()
+    outputs = []
+    for j in range(decoder.num_features):
+        h = torch.relu(torch.nn.functional.linear(z * mask[j], first_weight, decoder.first_bias))
+        for layer in decoder.hidden:
+            h = torch.relu(layer(h))
+        outputs.append(h @ decoder.out_weight[j] + decoder.out_bias[j])
+    return decoder.output_affine(torch.stack(outputs, -1))
+
+
+def matmul_roofline(batch, features, latent, hidden, device):
+    rows = batch * features
+    a = torch.randn(rows, latent, device=device)
+    h = torch.randn(rows, hidden, device=device)
+    w1 = torch.randn(latent, hidden, device=device)
+    w2 = torch.randn(hidden, hidden, device=device)
+    h3 = torch.randn(features, batch, hidden, device=device)
+    v = torch.randn(features, hidden, 1, device=device)
+    g3 = torch.randn(features, batch, 1, device=device)
+
+    def step():
+        a @ w1, a.T @ h, h @ w1.T  # first layer: forward, dW, dX
+        for _ in range(2):
+            h @ w2, h.T @ h, h @ w2.T
+        torch.bmm(h3, v), torch.bmm(h3.transpose(1, 2), g3), torch.bmm(g3, v.transpose(1, 2))
+
+    return step
+
+
+def flops(batch, features, latent, hidden):
+    forward = 2 * batch * features * (latent * hidden + 2 * hidden * hidden + hidden)
+    return 3 * forward  # backward is two products of the forward's size
+
+
+def speed(args):
+    device = torch.device(args.device)
+    rows = []
+    for features in [int(g) for g in args.features.split(",")]:
+        torch.manual_seed(0)
+        hidden = (args.hidden,) * 3
+        decoder = MaskedDecoder(features, args.latent, hidden).to(device)
+        dense = DenseDecoder(features, args.latent, hidden).to(device)
+        z = torch.randn(args.batch, args.latent, device=device)
+        mask = torch.randn(features, args.latent, device=device, requires_grad=True)
+
+        def backward_of(fn):
+            def step():
+                decoder.zero_grad(set_to_none=True)
+                fn().square().mean().backward()
+            return step
+
+        sparse_s = timed(backward_of(lambda: decoder(z, mask)), device, args.repeats)
+        loop_s = timed(backward_of(lambda: per_feature_loop(decoder, z, mask)), device, max(3, args.repeats // 3))
+        dense_s = timed(backward_of(lambda: dense(z)), device, args.repeats)
+        roofline_s = timed(matmul_roofline(args.batch, features, args.latent, args.hidden, device), device, args.repeats)
+        work = flops(args.batch, features, args.latent, args.hidden)
+        rows.append({
+            "device": str(device), "G": features, "K": args.latent, "H": args.hidden, "batch": args.batch,
+            "sparse_ms": 1e3 * sparse_s, "per_feature_loop_ms": 1e3 * loop_s, "vae_decoder_ms": 1e3 * dense_s,
+            "matmul_ms": 1e3 * roofline_s, "sparse_gflops": work / sparse_s / 1e9,
+            "matmul_gflops": work / roofline_s / 1e9, "sparse_over_matmul": sparse_s / roofline_s,
+            "loop_over_sparse": loop_s / sparse_s, "sparse_over_vae": sparse_s / dense_s,
+        })
+    print("| device | G | sparse ms | per-feature loop ms | VAE decoder ms | matmul ms | sparse GFLOP/s | matmul GFLOP/s | sparse / matmul | loop / sparse | sparse / VAE |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['device']} | {r['G']} | {r['sparse_ms']:.1f} | {r['per_feature_loop_ms']:.1f} | {r['vae_decoder_ms']:.2f} | "
+              f"{r['matmul_ms']:.1f} | {r['sparse_gflops']:.1f} | {r['matmul_gflops']:.1f} | {r['sparse_over_matmul']:.2f} | "
+              f"{r['loop_over_sparse']:.1f} | {r['sparse_over_vae']:.0f} |")
+    return rows
+
+
+def peak_memory_child(features, args):
+    torch.manual_seed(0)
+    decoder = MaskedDecoder(features, args.latent, (args.hidden,) * 3, memory_budget_bytes=args.budget)
+    z = torch.randn(args.batch, args.latent)
+    mask = torch.randn(features, args.latent, requires_grad=True)
+    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    decoder(z, mask).square().mean().backward()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"G": features, "chunk": decoder.chunk_size(args.batch), "peak_extra_MiB": (peak - baseline) / 1024}))
+
+
+def memory(args):
+    print(f"| G | features per chunk | extra peak RSS (MiB), budget {args.budget / 2**20:.0f} MiB |")
+    print("|---|---|---|")
+    for features in [int(g) for g in args.features.split(",")]:
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", str(features), "--batch", str(args.batch),
+             "--latent", str(args.latent), "--hidden", str(args.hidden), "--budget", str(args.budget)],
+            capture_output=True, text=True, check=True,
+        )
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"| {r['G']} | {r['chunk']} | {r['peak_extra_MiB']:.0f} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--features", default="300,1000")
+    parser.add_argument("--latent", type=int, default=50)
+    parser.add_argument("--hidden", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--budget", type=int, default=2**27)
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        peak_memory_child(args.child, args)
+    elif args.memory:
+        memory(args)
+    else:
+        speed(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""The user-facing API: train / FittedModel / save / load, data types and bad input."""
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+import pyro_sparse
+from pyro_sparse.data import DataError
+from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse.serialization import ModelFileError
+
+QUICK = dict(latent_dim=3, max_epochs=2, batch_size=50, progress=False, hidden_dims=(8, 8))
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_sparse_dgm(n=200, rho=0.3, seed=0)
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    return pyro_sparse.train("ssl_dgm", data.X, **QUICK)
+
+
+def test_fitted_attributes_have_documented_shapes(fitted, data):
+    n, g = data.X.shape
+    assert fitted.transform(data.X).shape == (n, 3)
+    assert fitted.W_.shape == (g, 3)
+    assert fitted.inclusion_probs_.shape == (g, 3)
+    assert ((fitted.inclusion_probs_ >= 0) & (fitted.inclusion_probs_ <= 1)).all()
+    assert fitted.eta_.shape == (3,)
+    assert fitted.sigma2_.shape == (g,) and (fitted.sigma2_ > 0).all()
+    assert len(fitted.history_["train_loss"]) == 2
+    assert fitted.reconstruct(data.X).shape == (n, g)
+    ll = fitted.heldout_log_likelihood(data.X[:20], num_samples=5)
+    assert ll.shape == (20,) and np.isfinite(ll).all()
+    assert len(fitted.top_features(2)) == 3
+
+
+def test_numpy_torch_and_sparse_inputs_agree(data):
+    a = pyro_sparse.train("vae", data.X, seed=3, **QUICK)
+    b = pyro_sparse.train("vae", torch.as_tensor(data.X), seed=3, **QUICK)
+    c = pyro_sparse.train("vae", sp.csr_matrix(data.X), seed=3, **QUICK)
+    np.testing.assert_allclose(a.transform(data.X), b.transform(data.X), atol=1e-5)
+    np.testing.assert_allclose(a.transform(data.X), c.transform(data.X), atol=1e-4)
+
+
+def test_same_seed_same_result(data):
+    a = pyro_sparse.train("ssl_dgm", data.X, seed=1, **QUICK)
+    b = pyro_sparse.train("ssl_dgm", data.X, seed=1, **QUICK)
+    np.testing.assert_array_equal(a.W_, b.W_)
+
+
+@pytest.mark.parametrize("likelihood", ["multinomial", "bernoulli"])
+def test_count_and_binary_likelihoods_train(likelihood):
+    rng = np.random.default_rng(0)
+    if likelihood == "multinomial":
+        X = rng.poisson(3.0, size=(120, 10)) + np.eye(10)[rng.integers(0, 10, 120)]
+    else:
+        X = (rng.random((120, 10)) < 0.3).astype(float)
+    fitted = pyro_sparse.train("ssl_dgm", X, likelihood=likelihood, **QUICK)
+    assert np.isfinite(fitted.history_["train_loss"]).all()
+    probabilities = fitted.reconstruct(X)
+    assert ((probabilities >= 0) & (probabilities <= 1)).all()
+    if likelihood == "multinomial":
+        np.testing.assert_allclose(probabilities.sum(1), 1.0, atol=1e-5)
+    with pytest.raises(AttributeError):
+        fitted.sigma2_
+
+
+def test_save_load_roundtrip(fitted, data, tmp_path):
+    path = tmp_path / "model.pt"
+    fitted.save(path)
+    loaded = pyro_sparse.load(path)
+    np.testing.assert_array_equal(loaded.W_, fitted.W_)
+    np.testing.assert_array_equal(loaded.eta_, fitted.eta_)
+    np.testing.assert_allclose(loaded.transform(data.X), fitted.transform(data.X))
+    assert loaded.history_ == fitted.history_
+
+
+def test_validation_and_early_stopping(data):
+    fitted = pyro_sparse.train(
+        "vae", data.X, validation_fraction=0.25, early_stopping=1, **{**QUICK, "max_epochs": 30}
+    )
+    history = fitted.history_
+    assert len(history["validation_loss"]) == len(history["train_loss"]) >= 2
+    assert np.isfinite(history["validation_loss"]).all()
+    with pytest.raises(ValueError, match="validation"):
+        pyro_sparse.train("vae", data.X, early_stopping=3, **QUICK)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    "X, likelihood, message",
+    [
+        (np.array([[1.0, np.nan], [0.0, 1.0]]), "gaussian", "NaN or infinite"),
+        (np.array([[1.0, np.inf], [0.0, 1.0]]), "gaussian", "NaN or infinite"),
+        (np.ones(5), "gaussian", "2-D"),
+        (np.ones((0, 4)), "gaussian", "empty"),
+        (np.array([["a", "b"], ["c", "d"]]), "gaussian", "numeric"),
+        (np.array([[1.0, -2.0], [3.0, 1.0]]), "multinomial", "negative"),
+        (np.array([[1.5, 2.0], [3.0, 1.0]]), "multinomial", "non-integer"),
+        (np.array([[0.0, 0.0], [3.0, 1.0]]), "multinomial", "no counts"),
+        (np.array([[0.0, 2.0], [1.0, 1.0]]), "bernoulli", r"outside \{0, 1\}"),
+    ],
+)
+def test_bad_data_is_named(X, likelihood, message):
+    with pytest.raises(DataError, match=message):
+        pyro_sparse.train("ssl_dgm", X, likelihood=likelihood, **QUICK)
+
+
+def test_bad_arguments_are_named(data):
+    with pytest.raises(ValueError, match="unknown model 'nope'"):
+        pyro_sparse.train("nope", data.X)
+    with pytest.raises(ValueError, match="unknown likelihood"):
+        pyro_sparse.train("ssl_dgm", data.X, likelihood="poisson")
+    with pytest.raises(TypeError, match="no hyperparameter"):
+        pyro_sparse.train("ssl_dgm", data.X, lamda0=3.0, **QUICK)
+    with pytest.raises(ValueError, match="latent_dim"):
+        pyro_sparse.train("ssl_dgm", data.X, **{**QUICK, "latent_dim": 0})
+    with pytest.raises(DataError, match="needs data"):
+        pyro_sparse.train("ssl_dgm")
+
+
+def test_transform_checks_the_number_of_features(fitted):
+    with pytest.raises(DataError, match="has 6 features but the model was trained on 7"):
+        fitted.transform(np.zeros((3, 6)))
+
+
+def test_corrupt_and_altered_files_are_refused(fitted, tmp_path):
+    path = tmp_path / "model.pt"
+    fitted.save(path)
+    raw = path.read_bytes()
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ModelFileError, match="not a readable"):
+        pyro_sparse.load(truncated)
+    # Change one tensor and save it with torch.save: loadable, but the checksum fails.
+    payload = torch.load(path, weights_only=True)
+    payload["states"]["guide"]["unconstrained.W"] += 1.0
+    altered = tmp_path / "altered.pt"
+    torch.save(payload, altered)
+    with pytest.raises(ModelFileError, match="checksum"):
+        pyro_sparse.load(altered)
+    payload = torch.load(path, weights_only=True)
+    payload["format_version"] = 99
+    future = tmp_path / "future.pt"
+    torch.save(payload, future)
+    with pytest.raises(ModelFileError, match="format version 99"):
+        pyro_sparse.load(future)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("touch pwned-by-pickle",))
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_malicious_pickle_is_refused_without_running(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "evil.pt"
+    with open(path, "wb") as stream:
+        pickle.dump({"format": "pyro_sparse.model", "payload": _Exploit()}, stream)
+    with pytest.raises(ModelFileError, match="not a readable"):
+        pyro_sparse.load(path)
+    assert not (tmp_path / "pwned-by-pickle").exists()
+
+
+def test_save_is_atomic(fitted, tmp_path, monkeypatch):
+    path = tmp_path / "model.pt"
+    fitted.save(path)
+    before = path.read_bytes()
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        fitted.save(path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]

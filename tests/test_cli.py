@@ -1,0 +1,62 @@
+"""The pyro-sparse command line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from pyro_sparse.cli import main
+
+QUICK = ["--epochs", "2", "--latent-dim", "3", "--hidden-dims", "8,8", "--quiet"]
+
+
+def test_train_on_synthetic_writes_model_summary_and_figures(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--model", "ssl_dgm", "--data", "synthetic", "--n", "200", "--out", str(out), *QUICK]) == 0
+    assert {p.name for p in out.iterdir()} == {"model.pt", "summary.json", "loss.png", "W.png"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert np.asarray(summary["W"]).shape == (7, 3)
+    assert len(summary["eta"]) == 3
+    printed = capsys.readouterr().out
+    assert "DCI disentanglement" in printed and "F-score" in printed and "x7" in printed
+    import pyro_sparse
+
+    assert pyro_sparse.load(out / "model.pt").W_.shape == (7, 3)
+
+
+@pytest.mark.parametrize("kind", ["csv", "csv-header", "npy", "npz-sparse", "npz-dense"])
+def test_reads_user_files(tmp_path, kind):
+    X = np.random.default_rng(0).normal(size=(60, 4))
+    path = tmp_path / f"data.{kind.split('-')[0]}"
+    if kind == "csv":
+        np.savetxt(path, X, delimiter=",")
+    elif kind == "csv-header":
+        np.savetxt(path, X, delimiter=",", header="a,b,c,d", comments="")
+    elif kind == "npy":
+        np.save(path, X)
+    elif kind == "npz-sparse":
+        sp.save_npz(path, sp.csr_matrix(np.abs(X)))
+    else:
+        np.savez(path, X=X)
+    out = tmp_path / "run"
+    assert main(["train", "--model", "vae", "--data", str(path), "--out", str(out), *QUICK]) == 0
+    assert (out / "model.pt").exists()
+
+
+def test_bad_input_exits_with_a_message(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1,2\n3,nan\n")
+    assert main(["train", "--data", str(bad), "--out", str(tmp_path / "run"), *QUICK]) == 2
+    assert "NaN or infinite" in capsys.readouterr().err
+    assert main(["train", "--data", str(tmp_path / "missing.csv"), *QUICK]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).parent / "pyro-sparse"
+    out = subprocess.run([str(script), "train", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--latent-dim" in out.stdout
