@@ -9,7 +9,8 @@ BIN = $(VENV)/bin
 
 $(BIN)/pyro-sparse: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	# The CPU wheel first: any other torch spec pulls gigabytes of CUDA packages.
+	# torch==2.13.0 first: on this project's machines that is a local CPU wheel; any
+	# other spec (or torch pulled in by pyro-ppl) downloads gigabytes of CUDA packages.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[plot,test]"
 	touch $@

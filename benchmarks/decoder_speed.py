@@ -5,9 +5,10 @@ against, in the same run:
 * a literal per-feature loop (one pass of the shared network per feature, as
   the paper describes the cost and the reference code implements it);
 * a plain VAE decoder of the same widths (K -> H -> H -> H -> G);
-* the plain matmuls the sparse decoder cannot avoid, with the same shapes, as
-  a roofline: (B·G, K)@(K, H), two (B·G, H)@(H, H), the per-feature (H -> 1)
-  rows, each forward and the two backward products.
+* the plain matmuls the sparse decoder cannot avoid, with the same shapes
+  (the decoder's cache-sized blocks of features on CPU, all features at once
+  on CUDA), as a roofline: (rows, K)@(K, H), two (rows, H)@(H, H), the
+  per-feature (H -> 1) rows, each forward and its two backward products.
 
 Reports ms/step, achieved GFLOP/s and decoder time / matmul time (target
 ≤ 1.3).  ``--memory`` runs each G in a fresh process and reports peak resident
@@ -56,21 +57,24 @@ def per_feature_loop(decoder, z, mask):
     return decoder.output_affine(torch.stack(outputs, -1))
 
 
-def matmul_roofline(batch, features, latent, hidden, device):
-    rows = batch * features
+def matmul_roofline(batch, features, latent, hidden, device, block):
+    """The decoder's unavoidable products, in the same block shapes the decoder uses."""
+    rows = batch * block
     a = torch.randn(rows, latent, device=device)
     h = torch.randn(rows, hidden, device=device)
     w1 = torch.randn(latent, hidden, device=device)
     w2 = torch.randn(hidden, hidden, device=device)
-    h3 = torch.randn(features, batch, hidden, device=device)
-    v = torch.randn(features, hidden, 1, device=device)
-    g3 = torch.randn(features, batch, 1, device=device)
+    h3 = torch.randn(block, batch, hidden, device=device)
+    v = torch.randn(block, hidden, 1, device=device)
+    g3 = torch.randn(block, batch, 1, device=device)
+    num_blocks = -(-features // block)
 
     def step():
-        a @ w1, a.T @ h, h @ w1.T  # first layer: forward, dW, dX
-        for _ in range(2):
-            h @ w2, h.T @ h, h @ w2.T
-        torch.bmm(h3, v), torch.bmm(h3.transpose(1, 2), g3), torch.bmm(g3, v.transpose(1, 2))
+        for _ in range(num_blocks):
+            a @ w1, a.T @ h, h @ w1.T  # first layer: forward, dW, dX
+            for _ in range(2):
+                h @ w2, h.T @ h, h @ w2.T
+            torch.bmm(h3, v), torch.bmm(h3.transpose(1, 2), g3), torch.bmm(g3, v.transpose(1, 2))
 
     return step
 
@@ -100,7 +104,9 @@ def speed(args):
         sparse_s = timed(backward_of(lambda: decoder(z, mask)), device, args.repeats)
         loop_s = timed(backward_of(lambda: per_feature_loop(decoder, z, mask)), device, max(3, args.repeats // 3))
         dense_s = timed(backward_of(lambda: dense(z)), device, args.repeats)
-        roofline_s = timed(matmul_roofline(args.batch, features, args.latent, args.hidden, device), device, args.repeats)
+        block = features if device.type == "cuda" else max(1, decoder.block_rows // args.batch)
+        roofline = matmul_roofline(args.batch, features, args.latent, args.hidden, device, min(block, features))
+        roofline_s = timed(roofline, device, args.repeats)
         work = flops(args.batch, features, args.latent, args.hidden)
         rows.append({
             "device": str(device), "G": features, "K": args.latent, "H": args.hidden, "batch": args.batch,

@@ -37,7 +37,10 @@ class SparseDGM(nn.Module):
     :param float lambda1: slab rate.
     :param float a: Beta prior of η.
     :param float b: Beta prior of η (default G).
-    :param float beta: weight of the KL term of z (1 is the paper's ELBO).
+    :param float beta: weight of the KL term of z (1 is the paper's ELBO).  The
+        z site is scaled by β here and must be scaled alike in the guide
+        (``AmortizedNormalGuide(kl_weight=beta)``; the registry does this),
+        because ``TraceMeanField_ELBO`` weighs an analytic KL by the guide's scale.
     :param prior_covariance: Σ_z as a (K, K) array; ``None`` for I_K (Eq. 59).
     :param float noise_nu: ν of the σ² prior.
     :param float noise_xi: ξ of the σ² prior (calibrated from data by ``train``).
@@ -58,7 +61,7 @@ class SparseDGM(nn.Module):
         prior_covariance=None,
         noise_nu=3.0,
         noise_xi=1.0,
-        memory_budget_bytes=2**28,
+        memory_budget_bytes=2**30,
     ):
         super().__init__()
         self.num_features, self.latent_dim = num_features, latent_dim
@@ -78,7 +81,10 @@ class SparseDGM(nn.Module):
         if covariance.shape != (latent_dim, latent_dim):
             raise ValueError(f"prior_covariance must be ({latent_dim}, {latent_dim}), got {tuple(covariance.shape)}")
         self.identity_covariance = prior_covariance is None
-        self.register_buffer("prior_scale_tril", torch.linalg.cholesky(covariance))
+        scale_tril, info = torch.linalg.cholesky_ex(covariance)
+        if info != 0 or not torch.allclose(covariance, covariance.T):
+            raise ValueError("prior_covariance must be a symmetric positive definite matrix")
+        self.register_buffer("prior_scale_tril", scale_tril)
 
     def point_estimate_sites(self, feature_variances):
         """Global sites to point-estimate: name -> (initial value, support)."""

@@ -17,7 +17,8 @@ class VAE(nn.Module):
     z_i ~ N(0, I_K),  x_i ~ p(x | f_θ(z_i)) with one dense decoder.  The KL
     term is weighted by ``beta`` (β-VAE; β = 1 is the VAE).  The likelihoods
     and the σ² prior are those of :class:`~pyro_sparse.models.ssl_dgm.SparseDGM`,
-    so the two are compared on the same objective.
+    so the two are compared on the same objective.  As there, the guide must
+    scale its z site by the same β (``AmortizedNormalGuide(kl_weight=beta)``).
     """
 
     def __init__(

@@ -1,11 +1,21 @@
 """``train`` and ``load``: the user-facing entry points."""
 
+import json
+
 import numpy as np
 import pyro
 import torch
 
 from pyro_sparse import registry, serialization
-from pyro_sparse.data import DataError, DataSummary, as_matrix, check_values, minibatches, split
+from pyro_sparse.data import (
+    DataError,
+    DataSummary,
+    as_matrix,
+    check_constant_features,
+    check_values,
+    minibatches,
+    split,
+)
 from pyro_sparse.evaluation import expected_observation, importance_log_likelihood
 from pyro_sparse.likelihoods import check_likelihood
 from pyro_sparse.training import fit
@@ -63,6 +73,8 @@ class FittedModel:
 
     def heldout_log_likelihood(self, X, num_samples=100):
         """Importance-weighted estimate of log p(x_i) per data point (Burda et al. 2016)."""
+        if not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
         return np.concatenate(
             [
                 importance_log_likelihood(self.model, self.guide, x, num_samples).cpu().numpy()
@@ -122,7 +134,8 @@ class FittedModel:
 
 
 def _jsonable(value):
-    if isinstance(value, (tuple, list, np.ndarray, torch.Tensor)):
+    """Plain Python values for the JSON configuration (numpy scalars and arrays included)."""
+    if isinstance(value, (tuple, list, np.ndarray, torch.Tensor, np.generic)):
         return np.asarray(value).tolist()
     return value
 
@@ -181,6 +194,10 @@ def train(
         raise ValueError(f"latent_dim must be a positive integer, got {latent_dim!r}")
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not isinstance(max_epochs, (int, np.integer)) or max_epochs < 1:
+        raise ValueError(f"max_epochs must be a positive integer, got {max_epochs!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr!r}")
     if not 0 <= validation_fraction < 1:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
     device = resolve_device(device)
@@ -188,6 +205,7 @@ def train(
     generator = torch.Generator().manual_seed(seed)
     train_matrix, validation_matrix = split(matrix, validation_fraction, generator)
     summary = DataSummary.of(train_matrix)
+    check_constant_features(summary, likelihood)
     hyper = registry.resolve_hyperparameters(model, likelihood, summary.feature_variances, hyperparameters)
     config = {
         "model": model,
@@ -199,13 +217,14 @@ def train(
         "feature_variances": summary.feature_variances.tolist(),
         "hyperparameters": {k: _jsonable(v) for k, v in hyper.items()},
         "training": {
-            "max_epochs": max_epochs,
-            "batch_size": batch_size,
-            "lr": lr,
-            "seed": seed,
-            "kl_warmup_epochs": kl_warmup_epochs,
+            "max_epochs": _jsonable(max_epochs),
+            "batch_size": _jsonable(batch_size),
+            "lr": _jsonable(lr),
+            "seed": _jsonable(seed),
+            "kl_warmup_epochs": _jsonable(kl_warmup_epochs),
         },
     }
+    json.dumps(config)  # fail now, not after training, if a setting cannot be saved
     model_module, guide, elbo = _assemble(config, device)
     history = fit(
         model_module,

@@ -13,6 +13,7 @@ from pyro_sparse.api import train
 from pyro_sparse.data import DataError
 from pyro_sparse.datasets import synthetic_sparse_dgm
 from pyro_sparse.registry import MODELS
+from pyro_sparse.training import TrainingDivergedError
 
 
 def read_data(source, n=1000, rho=0.6, seed=0):
@@ -36,7 +37,7 @@ def read_data(source, n=1000, rho=0.6, seed=0):
     if extension in (".csv", ".txt", ".tsv"):
         delimiter = "\t" if extension == ".tsv" else ","
         with open(source) as stream:
-            header = stream.readline().strip().split(delimiter)
+            header = [name.strip().strip('"').strip("'") for name in stream.readline().strip().split(delimiter)]
         try:
             [float(value) for value in header]
             names, skip = None, 0
@@ -136,7 +137,10 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="pyro-sparse", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     fit = commands.add_parser("train", help="fit a model and write it, a JSON summary and figures")
-    fit.add_argument("--model", default="ssl_dgm", choices=sorted(MODELS))
+    fit.add_argument(
+        "--model", default="ssl_dgm", choices=sorted(MODELS),
+        help="; ".join(f"{name}: {entry.summary}" for name, entry in sorted(MODELS.items())),
+    )
     fit.add_argument("--data", default="synthetic", help="'synthetic' (Moran et al. Eq. 9) or a .csv/.tsv/.npy/.npz file")
     fit.add_argument("--likelihood", default="gaussian", choices=["gaussian", "multinomial", "bernoulli"])
     fit.add_argument("--latent-dim", type=int, default=5)
@@ -161,7 +165,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         _train(args)
-    except (DataError, ValueError, TypeError) as error:
+    except (DataError, ValueError, TypeError, TrainingDivergedError) as error:
         print(f"pyro-sparse: error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -18,26 +18,29 @@ def as_matrix(data, name="data"):
     matrix (densified one minibatch at a time, never whole).
     """
     if sp.issparse(data):
-        matrix = sp.csr_matrix(data, dtype=np.float32)
-        values = matrix.data
+        original = sp.csr_matrix(data)
+        values, shape = original.data, original.shape
     else:
         if torch.is_tensor(data):
             data = data.detach().cpu().numpy()
-        array = np.asarray(data)
-        if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
-            raise DataError(f"{name} must be numeric, got dtype {array.dtype}")
-        matrix = torch.as_tensor(array.astype(np.float32, copy=False))
-        values = array
-    if matrix.ndim != 2:
+        original = np.asarray(data)
+        values, shape = original, original.shape
+    if not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
+        raise DataError(f"{name} must be numeric, got dtype {values.dtype}")
+    if len(shape) != 2:
         raise DataError(
-            f"{name} must be a 2-D (data points x features) matrix, got {matrix.ndim}-D; "
+            f"{name} must be a 2-D (data points x features) matrix, got {len(shape)}-D; "
             "reshape a single feature with X.reshape(-1, 1) or a single point with X.reshape(1, -1)"
         )
-    if matrix.shape[0] == 0 or matrix.shape[1] == 0:
-        raise DataError(f"{name} is empty: shape {tuple(matrix.shape)}")
+    if shape[0] == 0 or shape[1] == 0:
+        raise DataError(f"{name} is empty: shape {tuple(shape)}")
     if not np.all(np.isfinite(values)):
         raise DataError(f"{name} contains NaN or infinite values; remove or impute them first")
-    return matrix
+    if values.size and np.abs(values).max() > np.finfo(np.float32).max:
+        raise DataError(f"{name} has values too large for float32 (|x| > 3.4e38); rescale it first")
+    if sp.issparse(original):
+        return original.astype(np.float32)
+    return torch.as_tensor(original.astype(np.float32, copy=False))
 
 
 def check_values(matrix, likelihood, name="data"):
@@ -56,6 +59,17 @@ def check_values(matrix, likelihood, name="data"):
             )
     elif likelihood == "bernoulli" and not np.all((values == 0) | (values == 1)):
         raise DataError(f"{name} has values outside {{0, 1}}; the bernoulli likelihood needs binary data")
+
+
+def check_constant_features(summary, likelihood, names=None):
+    """The Gaussian noise prior is calibrated from feature variances (Appendix C.2): none may be 0."""
+    constant = np.flatnonzero(summary.feature_variances == 0)
+    if likelihood == "gaussian" and constant.size:
+        shown = [names[j] for j in constant[:10]] if names is not None else constant[:10].tolist()
+        raise DataError(
+            f"{constant.size} feature(s) are constant (zero variance), e.g. {shown}; "
+            "drop them before fitting a gaussian likelihood"
+        )
 
 
 @dataclass(frozen=True)
@@ -96,9 +110,9 @@ def minibatches(matrix, batch_size, generator=None, device="cpu", shuffle=True):
 def split(matrix, validation_fraction, generator):
     """Random train/validation split of the rows."""
     num_data = matrix.shape[0]
-    num_validation = int(round(validation_fraction * num_data))
-    if num_validation == 0:
+    if validation_fraction == 0:
         return matrix, None
+    num_validation = max(1, int(round(validation_fraction * num_data)))
     if num_validation >= num_data:
         raise DataError(f"validation_fraction={validation_fraction} leaves no training data")
     order = torch.randperm(num_data, generator=generator).numpy()

@@ -52,13 +52,18 @@ class MaskedDecoder(nn.Module):
 
     .. math:: \mu_{ij} = f_\theta(w_j \odot z_i)_j .
 
-    All features are evaluated at once as a batched tensor of shape
+    All features are evaluated as batched tensors of shape
     ``(features, batch, hidden)``; only row j of the last layer is applied to
     feature j, so the cost is one hidden-layer pass per (data point, feature)
-    pair and never G full networks.  Features are processed in chunks whose
-    activations fit in ``memory_budget_bytes``; when more than one chunk is
-    needed each chunk is recomputed in the backward pass (activation
-    checkpointing), so peak memory is set by the chunk size, not by G.
+    pair and never G full networks.  Two sizes govern the work:
+
+    * *blocks* of features are computed at a time so that a block's
+      activations stay in CPU cache (``block_rows`` rows of ``batch x
+      features``; on CUDA one block is a whole chunk, to keep kernels large);
+    * *chunks* of features hold activations that fit ``memory_budget_bytes``;
+      when more than one chunk is needed, each is recomputed in the backward
+      pass (activation checkpointing), so peak memory is set by the chunk
+      size, not by G.
 
     The columns of the first layer have unit norm.  Without that, the scale of
     W can be traded against the first layer (W·c and H1/c give the same
@@ -68,15 +73,16 @@ class MaskedDecoder(nn.Module):
     :param int latent_dim: K.
     :param tuple hidden_dims: widths of the hidden layers of f_θ.
     :param int memory_budget_bytes: activation memory one chunk may use.
+    :param int block_rows: (data point, feature) rows per compute block on CPU.
     """
 
-    def __init__(self, num_features, latent_dim, hidden_dims, memory_budget_bytes=2**28):
+    def __init__(self, num_features, latent_dim, hidden_dims, memory_budget_bytes=2**30, block_rows=2048):
         super().__init__()
         if not hidden_dims:
             raise ValueError("MaskedDecoder needs at least one hidden layer")
         self.num_features, self.latent_dim = num_features, latent_dim
         self.hidden_dims = tuple(hidden_dims)
-        self.memory_budget_bytes = memory_budget_bytes
+        self.memory_budget_bytes, self.block_rows = memory_budget_bytes, block_rows
         first = nn.Linear(latent_dim, self.hidden_dims[0])
         self.first_weight = first.weight  # (H1, K), used column-normalised
         self.first_bias = first.bias
@@ -93,18 +99,31 @@ class MaskedDecoder(nn.Module):
         return self.first_weight / self.first_weight.norm(dim=0, keepdim=True).clamp_min(1e-12)
 
     def chunk_size(self, batch_size):
-        # Forward activations kept for backward: one (batch, hidden) block per layer.
+        """Features per chunk: activations kept for backward (one block per layer) fit the budget."""
         bytes_per_feature = batch_size * sum(self.hidden_dims) * 4 * 2
         return max(1, min(self.num_features, self.memory_budget_bytes // max(1, bytes_per_feature)))
 
-    def _decode_chunk(self, z, mask, out_weight, out_bias, first_weight):
-        # (C, B, K): one masked copy of the batch per feature in the chunk.
+    def _decode_block(self, z, mask, out_weight, out_bias, first_weight):
+        # (F, B, K): one masked copy of the batch per feature in the block.
         h = torch.relu_(F.linear(mask.unsqueeze(1) * z, first_weight, self.first_bias))
         for layer in self.hidden:
             h = torch.relu_(layer(h))
         # Feature j only needs row j of the last layer: a batched (B, H) @ (H, 1).
         out = torch.baddbmm(out_bias[:, None, None], h, out_weight.unsqueeze(-1))
-        return out.squeeze(-1).transpose(0, 1)  # (B, C)
+        return out.squeeze(-1).transpose(0, 1)  # (B, F)
+
+    def _decode_chunk(self, z, mask, out_weight, out_bias, first_weight):
+        features = mask.shape[0]
+        block = features if z.is_cuda else max(1, self.block_rows // z.shape[0])
+        if block >= features:
+            return self._decode_block(z, mask, out_weight, out_bias, first_weight)
+        return torch.cat(
+            [
+                self._decode_block(z, mask[rows], out_weight[rows], out_bias[rows], first_weight)
+                for rows in (slice(start, start + block) for start in range(0, features, block))
+            ],
+            dim=-1,
+        )
 
     def forward(self, z, mask):
         """

@@ -61,6 +61,10 @@ class SpikeSlabLassoPrior(nn.Module):
         super().__init__()
         if not (lambda0 > 0 and lambda1 > 0):
             raise ValueError(f"lambda0 and lambda1 must be positive, got {lambda0}, {lambda1}")
+        if lambda0 < lambda1:
+            raise ValueError(
+                f"the spike rate lambda0 ({lambda0}) must be at least the slab rate lambda1 ({lambda1})"
+            )
         b = float(num_features) if b is None else float(b)
         if not (a > 0 and b > 0):
             raise ValueError(f"Beta hyperparameters a and b must be positive, got {a}, {b}")

@@ -1,7 +1,8 @@
 """
 Model files: tensors and JSON only, loaded with ``torch.load(weights_only=True)``
 so that opening a file never runs code from it.  A SHA-256 checksum over the
-configuration and every tensor detects truncated or altered files.
+configuration and every tensor detects truncated, damaged or hand-edited
+files; it is not a signature (no key), so it does not authenticate the author.
 """
 
 import hashlib

@@ -80,7 +80,7 @@ def fit(
     if early_stopping and validation_matrix is None:
         raise ValueError("early_stopping needs validation data (set validation_fraction > 0)")
     params = list({id(p): p for p in (*model.parameters(), *guide.parameters())}.values())
-    optimizer = torch.optim.Adam(params, lr=lr)
+    optimizer = torch.optim.Adam(params, lr=lr, foreach=True)
     hooked = _hooked_sites(model, guide)
     for prior, param in hooked:
         prior.update(param)
@@ -97,11 +97,18 @@ def fit(
         epoch_loss, num_steps = 0.0, 0
         for x in minibatches(train_matrix, batch_size, generator, device):
             optimizer.zero_grad(set_to_none=True)
-            with scale_local_latents(min(1.0, (step + 1) / kl_warmup_steps)):
-                loss = elbo.differentiable_loss(model, guide, x, num_data)
+            try:
+                with scale_local_latents(min(1.0, (step + 1) / kl_warmup_steps)):
+                    loss = elbo.differentiable_loss(model, guide, x, num_data)
+            except ValueError:
+                # Non-finite parameters surface as distribution argument errors.
+                if all(torch.isfinite(p).all() for p in params):
+                    raise
+                loss = torch.tensor(float("nan"))
             if not torch.isfinite(loss):
                 raise TrainingDivergedError(
-                    f"the loss became {loss.item()} at epoch {epoch}; lower lr or check the data"
+                    f"training diverged at epoch {epoch}: the loss or a parameter became NaN/inf; "
+                    "lower lr or check the data"
                 )
             loss.backward()
             for prior, param in hooked:
@@ -120,7 +127,8 @@ def fit(
         validation_loss = mean_negative_elbo(model, guide, validation_matrix, batch_size, device)
         history["validation_loss"].append(validation_loss)
         if validation_loss < best[0]:
-            best = (validation_loss, copy.deepcopy((model.state_dict(), guide.state_dict())))
+            state = copy.deepcopy((model.state_dict(), guide.state_dict())) if early_stopping else None
+            best = (validation_loss, state)
             epochs_without_improvement = 0
         else:
             epochs_without_improvement += 1

@@ -185,3 +185,69 @@ def test_save_is_atomic(fitted, tmp_path, monkeypatch):
         fitted.save(path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+def test_constant_feature_is_named_for_gaussian(data):
+    X = data.X.copy()
+    X[:, 2] = 4.0
+    with pytest.raises(DataError, match=r"constant.*\[2\]"):
+        pyro_sparse.train("ssl_dgm", X, **QUICK)
+
+
+def test_values_beyond_float32_are_named():
+    X = np.random.default_rng(0).normal(size=(20, 3))
+    X[0, 0] = 1e300
+    with pytest.raises(DataError, match="too large for float32"):
+        pyro_sparse.train("vae", X, **QUICK)
+
+
+def test_numpy_scalar_settings_can_be_saved(data, tmp_path):
+    fitted = pyro_sparse.train(
+        "ssl_dgm", data.X, **{**QUICK, "batch_size": np.int64(50)}, lambda0=np.float32(12.0)
+    )
+    fitted.save(tmp_path / "m.pt")
+    assert pyro_sparse.load(tmp_path / "m.pt").config["hyperparameters"]["lambda0"] == 12.0
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"max_epochs": 0}, "max_epochs"),
+        ({"lr": 0.0}, "lr must be positive"),
+        ({"lambda0": 0.5, "lambda1": 1.0}, "at least the slab rate"),
+        ({"prior_covariance": [[1.0, 2.0], [2.0, 1.0]], "latent_dim": 2}, "positive definite"),
+    ],
+)
+def test_bad_settings_are_named(data, override, message):
+    with pytest.raises(ValueError, match=message):
+        pyro_sparse.train("ssl_dgm", data.X, **{**QUICK, **override})
+
+
+def test_tiny_validation_fraction_keeps_one_point(data):
+    fitted = pyro_sparse.train("vae", data.X[:50], validation_fraction=0.001, early_stopping=2, **QUICK)
+    assert len(fitted.history_["validation_loss"]) == 2
+
+
+def test_divergence_stops_with_a_clear_error(data, monkeypatch):
+    from pyro_sparse.training import TrainingDivergedError
+
+    original = torch.optim.Adam.step
+
+    def poisoned_step(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        with torch.no_grad():
+            self.param_groups[0]["params"][0].fill_(float("nan"))
+        return result
+
+    monkeypatch.setattr(torch.optim.Adam, "step", poisoned_step)
+    with pytest.raises(TrainingDivergedError, match="diverged at epoch 0"):
+        pyro_sparse.train("ssl_dgm", data.X, **QUICK)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
+def test_cuda_training_matches_the_cpu_api(data):
+    fitted = pyro_sparse.train("ssl_dgm", data.X, device="cuda", **QUICK)
+    assert fitted.device.type == "cuda"
+    assert fitted.transform(data.X).shape == (len(data.X), 3)
+    assert np.isfinite(fitted.heldout_log_likelihood(data.X[:10], 3)).all()
