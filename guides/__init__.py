@@ -1,5 +1,7 @@
 """Amortized guides (encoders).  Installed as ``pyro_sparse.guides``."""
 
+from pyro_sparse.guides.amortized import AmortizedGuide
 from pyro_sparse.guides.amortized_normal import AmortizedNormalGuide
+from pyro_sparse.guides.spike_slab import SpikeSlabGuide
 
-__all__ = ["AmortizedNormalGuide"]
+__all__ = ["AmortizedGuide", "AmortizedNormalGuide", "SpikeSlabGuide"]

@@ -2,5 +2,6 @@
 
 from pyro_sparse.models.ssl_dgm import SparseDGM
 from pyro_sparse.models.vae import VAE
+from pyro_sparse.models.vsc import VSC
 
-__all__ = ["SparseDGM", "VAE"]
+__all__ = ["SparseDGM", "VAE", "VSC"]

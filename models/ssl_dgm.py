@@ -7,9 +7,14 @@ from pyro import poutine
 from torch import nn
 from torch.distributions import constraints
 
-from pyro_sparse.likelihoods import check_likelihood, observation, sample_noise_variance
-from pyro_sparse.nn import MaskedDecoder
 from pyro_sparse.handlers import data_plate
+from pyro_sparse.likelihoods import (
+    check_likelihood,
+    initial_noise_variance,
+    observation,
+    sample_noise_variance,
+)
+from pyro_sparse.nn import MaskedDecoder
 from pyro_sparse.priors import SpikeSlabLassoPrior
 
 
@@ -90,7 +95,7 @@ class SparseDGM(nn.Module):
         """Global sites to point-estimate: name -> (initial value, support)."""
         sites = {"W": (torch.ones(self.num_features, self.latent_dim), constraints.real)}
         if self.likelihood == "gaussian":
-            sites["sigma2"] = (torch.as_tensor(feature_variances, dtype=torch.float32) / 2, constraints.positive)
+            sites["sigma2"] = initial_noise_variance(feature_variances)
         return sites
 
     def latent_prior(self, like):

@@ -2,14 +2,17 @@
 
 import pyro
 import pyro.distributions as dist
-import torch
 from pyro import poutine
 from torch import nn
-from torch.distributions import constraints
 
-from pyro_sparse.likelihoods import check_likelihood, observation, sample_noise_variance
-from pyro_sparse.nn import DenseDecoder
 from pyro_sparse.handlers import data_plate
+from pyro_sparse.likelihoods import (
+    check_likelihood,
+    initial_noise_variance,
+    observation,
+    sample_noise_variance,
+)
+from pyro_sparse.nn import DenseDecoder, HeteroscedasticDecoder
 
 
 class VAE(nn.Module):
@@ -17,7 +20,10 @@ class VAE(nn.Module):
     z_i ~ N(0, I_K),  x_i ~ p(x | f_θ(z_i)) with one dense decoder.  The KL
     term is weighted by ``beta`` (β-VAE; β = 1 is the VAE).  The likelihoods
     and the σ² prior are those of :class:`~pyro_sparse.models.ssl_dgm.SparseDGM`,
-    so the two are compared on the same objective.  As there, the guide must
+    so the two are compared on the same objective.  With
+    ``noise="heteroscedastic"`` the decoder outputs a variance per feature and
+    data point instead, as the VSC paper's likelihood, so VSC and VAE can be
+    compared on that one.  As there, the guide must
     scale its z site by the same β (``AmortizedNormalGuide(kl_weight=beta)``).
     """
 
@@ -28,6 +34,7 @@ class VAE(nn.Module):
         likelihood="gaussian",
         hidden_dims=(50, 50, 50),
         beta=1.0,
+        noise="global",
         noise_nu=3.0,
         noise_xi=1.0,
     ):
@@ -36,22 +43,32 @@ class VAE(nn.Module):
             raise ValueError(f"beta must be positive, got {beta}")
         self.num_features, self.latent_dim = num_features, latent_dim
         self.likelihood = check_likelihood(likelihood)
+        if noise not in ("global", "heteroscedastic"):
+            raise ValueError(f"noise must be 'global' or 'heteroscedastic', got {noise!r}")
+        self.heteroscedastic = likelihood == "gaussian" and noise == "heteroscedastic"
         self.beta = float(beta)
         self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
         self.hidden_dims = tuple(hidden_dims)
-        self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
+        if self.heteroscedastic:
+            self.decoder = HeteroscedasticDecoder(num_features, latent_dim, hidden_dims)
+        else:
+            self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
         self.site_priors = nn.ModuleDict()
 
     def point_estimate_sites(self, feature_variances):
-        if self.likelihood != "gaussian":
+        if self.likelihood != "gaussian" or self.heteroscedastic:
             return {}
-        return {"sigma2": (torch.as_tensor(feature_variances, dtype=torch.float32) / 2, constraints.positive)}
+        return {"sigma2": initial_noise_variance(feature_variances)}
 
     def forward(self, x, num_data=None):
         noise_variance = None
-        if self.likelihood == "gaussian":
+        if self.likelihood == "gaussian" and not self.heteroscedastic:
             noise_variance = sample_noise_variance(self.num_features, self.noise_nu, self.noise_xi, x)
         with data_plate(x, num_data):
             with poutine.scale(scale=self.beta):
                 z = pyro.sample("z", dist.Normal(x.new_zeros(self.latent_dim), 1.0).to_event(1))
-            pyro.sample("x", observation(self.likelihood, self.decoder(z), noise_variance), obs=x)
+            if self.heteroscedastic:
+                loc, noise_variance = self.decoder(z)
+            else:
+                loc = self.decoder(z)
+            pyro.sample("x", observation(self.likelihood, loc, noise_variance), obs=x)

@@ -11,7 +11,6 @@ from pyro_sparse.data import (
     DataError,
     DataSummary,
     as_matrix,
-    check_constant_features,
     check_values,
     minibatches,
     split,
@@ -61,9 +60,36 @@ class FittedModel:
         return minibatches(self._check(X), batch_size, device=self.device, shuffle=False)
 
     @torch.no_grad()
-    def transform(self, X):
-        """Posterior means E_q[z | x], shape (N, K)."""
-        return np.concatenate([self.guide.encode(x)[0].cpu().numpy() for x in self._batches(X)])
+    def transform(self, X, kind="mode"):
+        """
+        Codes of X, shape (N, K): ``kind="mode"`` the posterior mode per
+        coordinate (for sparse-latent models exactly 0 where the spike is more
+        probable than the slab), ``kind="mean"`` the posterior mean E_q[z | x].
+        For Gaussian posteriors the two coincide.
+        """
+        if kind not in ("mode", "mean"):
+            raise ValueError(f"kind must be 'mode' or 'mean', got {kind!r}")
+        return np.concatenate(
+            [getattr(self.guide.posterior(x), kind).cpu().numpy() for x in self._batches(X)]
+        )
+
+    @torch.no_grad()
+    def spike_probabilities(self, X):
+        """For spike-and-slab codes, the probability γ_ij that code j of x_i is non-zero, (N, K)."""
+        gates = []
+        for x in self._batches(X):
+            posterior = self.guide.posterior(x).base_dist
+            if not hasattr(posterior, "gate"):
+                raise AttributeError(f"model {self.config['model']!r} has no spike-and-slab codes")
+            gates.append(posterior.gate.cpu().numpy())
+        return np.concatenate(gates)
+
+    @torch.no_grad()
+    def sample_posterior(self, X, num_samples=1):
+        """Draws z ~ q(z | x), shape (num_samples, N, K)."""
+        return np.concatenate(
+            [self.guide.posterior(x).sample((num_samples,)).cpu().numpy() for x in self._batches(X)], axis=1
+        )
 
     def reconstruct(self, X):
         """E[x | z = E_q[z | x]]: means (gaussian), probabilities (bernoulli, multinomial)."""
@@ -205,8 +231,7 @@ def train(
     generator = torch.Generator().manual_seed(seed)
     train_matrix, validation_matrix = split(matrix, validation_fraction, generator)
     summary = DataSummary.of(train_matrix)
-    check_constant_features(summary, likelihood)
-    hyper = registry.resolve_hyperparameters(model, likelihood, summary.feature_variances, hyperparameters)
+    hyper = registry.resolve_hyperparameters(model, likelihood, summary, hyperparameters)
     config = {
         "model": model,
         "num_features": summary.num_features,

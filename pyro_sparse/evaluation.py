@@ -19,6 +19,11 @@ def log_importance_weights(model, guide, x):
     :returns: tensor of shape ``(batch,)``.
     """
     guide_trace = poutine.trace(guide).get_trace(x)
+    for site in guide_trace.nodes.values():
+        if site["type"] == "sample" and in_data_plate(site):
+            # Exact draws: a relaxed (training-time) draw of a spike-and-slab
+            # code is never exactly 0 and would be scored by the slab density.
+            site["value"] = site["fn"].sample()
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
     log_weight = x.new_zeros(x.shape[0])
     for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):

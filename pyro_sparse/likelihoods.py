@@ -3,7 +3,9 @@
 import numpy as np
 import pyro
 import pyro.distributions as dist
+import torch
 from scipy import stats
+from torch.distributions import constraints
 
 LIKELIHOODS = ("gaussian", "multinomial", "bernoulli")
 
@@ -29,6 +31,15 @@ def calibrate_noise_prior(feature_variances, nu=3.0):
             f"is {s5}; remove constant features or pass noise_xi explicitly"
         )
     return 2.0 * s5 * stats.gamma.ppf(0.1, nu / 2.0) / nu
+
+
+def initial_noise_variance(feature_variances):
+    """
+    The σ² point estimate's starting value and support: half of each feature's
+    sample variance, floored so that a constant feature starts finite.
+    """
+    variance = torch.as_tensor(np.asarray(feature_variances), dtype=torch.float32)
+    return (variance / 2).clamp_min(1e-6), constraints.positive
 
 
 def sample_noise_variance(num_features, nu, xi, like):

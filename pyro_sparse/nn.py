@@ -160,3 +160,24 @@ class DenseDecoder(nn.Module):
 
     def forward(self, z):
         return self.output_affine(self.net(z))
+
+
+class HeteroscedasticDecoder(nn.Module):
+    """
+    An MLP from K latents to a mean and a variance per feature and data point
+    (Tonolini et al., supplement A.1: the likelihood network outputs μ and
+    log σ²).  The log-variance is clipped and floored at ``min_variance`` (in
+    standardised units) so that a feature that is constant in a region of
+    the data cannot drive the likelihood to infinity.
+    """
+
+    def __init__(self, num_features, latent_dim, hidden_dims, min_variance=1e-3):
+        super().__init__()
+        self.net = mlp(latent_dim, hidden_dims, 2 * num_features)
+        self.output_affine = FeatureAffine(num_features)
+        self.min_variance = float(min_variance)
+
+    def forward(self, z):
+        raw_loc, log_variance = self.net(z).chunk(2, dim=-1)
+        variance = log_variance.clamp(-20.0, 20.0).exp() + self.min_variance
+        return self.output_affine(raw_loc), variance * self.output_affine.scale**2

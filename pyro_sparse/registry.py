@@ -16,9 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 from pyro.infer import TraceMeanField_ELBO
 
-from pyro_sparse.guides import AmortizedNormalGuide
+from pyro_sparse.data import check_constant_features
+from pyro_sparse.guides import AmortizedNormalGuide, SpikeSlabGuide
 from pyro_sparse.likelihoods import calibrate_noise_prior
-from pyro_sparse.models import VAE, SparseDGM
+from pyro_sparse.models import VAE, VSC, SparseDGM
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ MODELS = {
         VAE, AmortizedNormalGuide, TraceMeanField_ELBO,
         "VAE / beta-VAE with a dense decoder (Kingma & Welling 2014; Higgins et al. 2017)",
     ),
+    "vsc": ModelEntry(
+        VSC, SpikeSlabGuide, TraceMeanField_ELBO,
+        "variational sparse coding: spike-and-slab codes (Tonolini et al. 2019/2020)",
+    ),
 }
 
 
@@ -47,22 +52,37 @@ def get_entry(name):
     return MODELS[name]
 
 
+# Arguments that build() supplies itself rather than the user.
+_SUPPLIED = {
+    "self", "num_features", "latent_dim", "likelihood",
+    "hidden_dims", "point_estimates", "log1p_input", "kl_weight",
+}
+
+
+def _parameters(cls):
+    return inspect.signature(cls.__init__).parameters
+
+
 def hyperparameter_names(name):
-    signature = inspect.signature(get_entry(name).model.__init__)
-    fixed = {"self", "num_features", "latent_dim", "likelihood"}
-    return [p for p in signature.parameters if p not in fixed]
+    """The keyword arguments ``train`` accepts for a model: its own, then its guide's."""
+    entry = get_entry(name)
+    model_names = [p for p in _parameters(entry.model) if p not in _SUPPLIED - {"hidden_dims"}]
+    guide_names = [p for p in _parameters(entry.guide) if p not in _SUPPLIED and p not in model_names]
+    return model_names + guide_names
 
 
-def resolve_hyperparameters(name, likelihood, feature_variances, hyper):
+def resolve_hyperparameters(name, likelihood, summary, hyper):
     """Check the user's hyperparameters and fill in data-calibrated ones."""
     allowed = hyperparameter_names(name)
     unknown = sorted(set(hyper) - set(allowed))
     if unknown:
         raise TypeError(f"model {name!r} has no hyperparameter(s) {unknown}; it accepts {allowed}")
     hyper = dict(hyper)
-    if likelihood == "gaussian" and "noise_xi" in allowed and hyper.get("noise_xi") is None:
-        nu = hyper.get("noise_nu", inspect.signature(get_entry(name).model.__init__).parameters["noise_nu"].default)
-        hyper["noise_xi"] = calibrate_noise_prior(feature_variances, nu)
+    global_noise = likelihood == "gaussian" and hyper.get("noise", "global") == "global"
+    if global_noise and "noise_xi" in allowed and hyper.get("noise_xi") is None:
+        check_constant_features(summary, likelihood)
+        nu = hyper.get("noise_nu", _parameters(get_entry(name).model)["noise_nu"].default)
+        hyper["noise_xi"] = calibrate_noise_prior(summary.feature_variances, nu)
     if "hidden_dims" in hyper:
         hyper["hidden_dims"] = tuple(int(h) for h in hyper["hidden_dims"])
     return hyper
@@ -74,7 +94,13 @@ def build(name, summary, latent_dim, likelihood, hyper):
     ``resolve_hyperparameters``) and the training data's ``DataSummary``.
     """
     entry = get_entry(name)
-    model = entry.model(summary.num_features, latent_dim=latent_dim, likelihood=likelihood, **hyper)
+    model_parameters, guide_parameters = _parameters(entry.model), _parameters(entry.guide)
+    model = entry.model(
+        summary.num_features,
+        latent_dim=latent_dim,
+        likelihood=likelihood,
+        **{k: v for k, v in hyper.items() if k in model_parameters},
+    )
     guide = entry.guide(
         summary.num_features,
         latent_dim,
@@ -82,10 +108,13 @@ def build(name, summary, latent_dim, likelihood, hyper):
         point_estimates=model.point_estimate_sites(summary.feature_variances),
         log1p_input=likelihood == "multinomial",
         kl_weight=model.beta,
+        **{k: v for k, v in hyper.items() if k in guide_parameters and k not in model_parameters},
     )
     if likelihood == "gaussian":
         # Networks see standardised features; the likelihood stays in data units.
+        # A constant feature keeps unit scale (nothing to standardise).
         scale = np.sqrt(summary.feature_variances)
+        scale[scale == 0] = 1.0
         model.decoder.output_affine.set(summary.feature_means, scale)
         guide.input_affine.set(summary.feature_means, scale)
     return model, guide, entry.elbo()

@@ -91,11 +91,16 @@ def fit(
     steps_per_epoch = math.ceil(num_data / batch_size)
     kl_warmup_steps = max(1.0, kl_warmup_epochs * steps_per_epoch)
     step = 0
+    # Modules with training schedules (e.g. a relaxation slope warm-up) define
+    # ``schedule(epoch)``, called before every step with the fractional epoch.
+    scheduled = [m for m in (model, guide) if hasattr(m, "schedule")]
     for epoch in tqdm(range(max_epochs), disable=not progress, desc="epochs"):
         model.train()
         guide.train()
         epoch_loss, num_steps = 0.0, 0
         for x in minibatches(train_matrix, batch_size, generator, device):
+            for module in scheduled:
+                module.schedule(step / steps_per_epoch)
             optimizer.zero_grad(set_to_none=True)
             try:
                 with scale_local_latents(min(1.0, (step + 1) / kl_warmup_steps)):

@@ -9,7 +9,11 @@ import torch
 from pyro import poutine
 from pyro.infer import TraceMeanField_ELBO
 
-from pyro_sparse.evaluation import expected_observation, importance_log_likelihood, log_importance_weights
+from pyro_sparse.evaluation import (
+    expected_observation,
+    importance_log_likelihood,
+    log_importance_weights,
+)
 from pyro_sparse.handlers import data_plate, scale_local_latents
 
 

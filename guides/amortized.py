@@ -1,0 +1,66 @@
+"""The shared part of amortized guides: an encoder for local codes, point masses for globals."""
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from torch import nn
+from torch.distributions import transform_to
+
+from pyro_sparse.handlers import data_plate
+from pyro_sparse.nn import FeatureAffine, mlp
+
+
+class AmortizedGuide(nn.Module):
+    """
+    A guide with an encoder network for the local code z_i of each data point
+    and Delta (point-mass) guides for the model's global sites, so those are
+    MAP-estimated.  Subclasses define ``posterior(x)``: the distribution
+    q_φ(z | x) with event shape ``(K,)``.
+
+    :param int num_features: G.
+    :param int latent_dim: K.
+    :param int outputs_per_latent: encoder outputs per latent dimension.
+    :param tuple hidden_dims: widths of the encoder MLP.
+    :param dict point_estimates: global site name -> (initial value, support);
+        each is stored unconstrained and mapped through ``transform_to(support)``.
+    :param bool log1p_input: encode log(1 + x) instead of x (for counts).
+    :param float kl_weight: scale of the z site; must equal the model's (β-VAE),
+        because ``TraceMeanField_ELBO`` weighs an analytic KL by the guide's scale.
+    """
+
+    def __init__(
+        self, num_features, latent_dim, outputs_per_latent, hidden_dims, point_estimates, log1p_input, kl_weight
+    ):
+        super().__init__()
+        self.num_features, self.latent_dim = num_features, latent_dim
+        self.log1p_input, self.kl_weight = log1p_input, float(kl_weight)
+        self.input_affine = FeatureAffine(num_features)
+        self.encoder = mlp(num_features, hidden_dims, outputs_per_latent * latent_dim)
+        point_estimates = point_estimates or {}
+        self.supports = {name: support for name, (_, support) in point_estimates.items()}
+        self.unconstrained = nn.ParameterDict(
+            {
+                name: nn.Parameter(transform_to(support).inv(torch.as_tensor(value, dtype=torch.float32)))
+                for name, (value, support) in point_estimates.items()
+            }
+        )
+
+    def point_estimate(self, name):
+        """The current value of a point-estimated global site."""
+        return transform_to(self.supports[name])(self.unconstrained[name])
+
+    def encoder_outputs(self, x):
+        """The encoder's outputs, split into one (batch, K) tensor per output kind."""
+        h = self.encoder(self.input_affine.inverse(torch.log1p(x) if self.log1p_input else x))
+        return h.split(self.latent_dim, dim=-1)
+
+    def posterior(self, x):
+        raise NotImplementedError
+
+    def forward(self, x, num_data=None):
+        for name in self.unconstrained:
+            value = self.point_estimate(name)
+            pyro.sample(name, dist.Delta(value, event_dim=value.dim()))
+        with data_plate(x, num_data), poutine.scale(scale=self.kl_weight):
+            pyro.sample("z", self.posterior(x))

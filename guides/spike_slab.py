@@ -1,0 +1,66 @@
+"""The recognition network of variational sparse coding: q_φ(z | x) spike-and-slab."""
+
+import torch.nn.functional as F
+from pyro_sparse.guides.amortized import AmortizedGuide
+
+from pyro_sparse.distributions import SpikeAndSlab
+
+
+class SpikeSlabGuide(AmortizedGuide):
+    r"""
+    q_φ(z_ij | x_i) = γ_ij N(μ_ij, σ²_ij) + (1 - γ_ij) δ_0 (Tonolini et al.),
+    the encoder giving μ, log σ² and log γ = -ReLU(-v) (supplement A.2; this
+    keeps γ ≤ 1).  Draws use the relaxed reparameterisation of supplement B.1
+    with slope c, and two schedules run through :meth:`schedule`:
+
+    * the slope c rises linearly from ``slope_start`` to ``slope_end`` over
+      ``slope_warmup_epochs`` (supplement B.2: 50 → 200);
+    * spike pre-training (UAI version, Sec. 3.4 and supplement D.1): for the
+      first ``pretrain_epochs`` the slab is held at the prior — the slab
+      parameters enter as λμ and λ log σ² with λ = 0, so only the spike
+      probabilities learn — then λ rises linearly to 1 over
+      ``pretrain_ramp_epochs``.
+    """
+
+    def __init__(
+        self,
+        num_features,
+        latent_dim,
+        hidden_dims=(400,),
+        point_estimates=None,
+        log1p_input=False,
+        kl_weight=1.0,
+        slope_start=50.0,
+        slope_end=200.0,
+        slope_warmup_epochs=100.0,
+        pretrain_epochs=0.0,
+        pretrain_ramp_epochs=0.0,
+    ):
+        super().__init__(num_features, latent_dim, 3, hidden_dims, point_estimates, log1p_input, kl_weight)
+        if not 0 < slope_start <= slope_end:
+            raise ValueError(f"need 0 < slope_start <= slope_end, got {slope_start}, {slope_end}")
+        if min(slope_warmup_epochs, pretrain_epochs, pretrain_ramp_epochs) < 0:
+            raise ValueError("schedule lengths must be >= 0")
+        self.slope_start, self.slope_end = float(slope_start), float(slope_end)
+        self.slope_warmup_epochs = float(slope_warmup_epochs)
+        self.pretrain_epochs, self.pretrain_ramp_epochs = float(pretrain_epochs), float(pretrain_ramp_epochs)
+        # Outside training (evaluation, a loaded model) the schedules are finished.
+        self.schedule(float("inf"))
+
+    @staticmethod
+    def _ramp(epoch, start, length):
+        if length == 0:
+            return float(epoch >= start)
+        return min(1.0, max(0.0, (epoch - start) / length))
+
+    def schedule(self, epoch):
+        progress = self._ramp(epoch, 0.0, self.slope_warmup_epochs)
+        self.slope = self.slope_start + progress * (self.slope_end - self.slope_start)
+        self.slab_weight = self._ramp(epoch, self.pretrain_epochs, self.pretrain_ramp_epochs)
+
+    def posterior(self, x):
+        loc, log_variance, v = self.encoder_outputs(x)
+        gate = (-F.relu(-v)).exp()
+        # λ = 0 holds the slab at the prior N(0, 1) during spike pre-training.
+        slab_loc, slab_scale = self.slab_weight * loc, (0.5 * self.slab_weight * log_variance).exp()
+        return SpikeAndSlab(gate, slab_loc, slab_scale, slope=self.slope).to_event(1)
