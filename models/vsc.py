@@ -1,10 +1,11 @@
 """Variational sparse coding (Tonolini, Jensen & Murray-Smith, 2019/2020)."""
 
 import pyro
+import torch
 from pyro import poutine
 from torch import nn
 
-from pyro_sparse.distributions import SpikeAndSlab
+from pyro_sparse.distributions import SelectedSpikeAndSlab, SpikeAndSlab
 from pyro_sparse.handlers import data_plate
 from pyro_sparse.likelihoods import check_likelihood, observation
 from pyro_sparse.nn import DenseDecoder, HeteroscedasticDecoder
@@ -34,6 +35,16 @@ class VSC(nn.Module):
     :param float beta: weight of the KL term (1 is the paper's ELBO).
     :param float min_noise_variance: floor of the decoder variance, in
         standardised units (gaussian only).
+    :param str prior: ``"fixed"`` — SpikeAndSlab(α, 0, 1) — or
+        ``"pseudo_inputs"``, the learned prior of the UAI version
+        (supplement A.3): ``num_pseudo_inputs`` learned inputs u_p encoded by
+        the guide's recognition network, a selection function C_ω(x) (one
+        linear layer + ReLU, normalised to unit sum, then
+        sigmoid(a(· − b)) with a = ``selection_sharpness``, b =
+        ``selection_threshold``) choosing among them per data point, and the
+        KL of the pseudo-inputs' mean spike probability to α added per data
+        point, which keeps the prior's sparsity at α.  The recognition network
+        is attached by the registry (``attach_recognition``).
     """
 
     def __init__(
@@ -45,6 +56,10 @@ class VSC(nn.Module):
         alpha=0.01,
         beta=1.0,
         min_noise_variance=1e-3,
+        prior="fixed",
+        num_pseudo_inputs=20,
+        selection_sharpness=60.0,
+        selection_threshold=0.5,
     ):
         super().__init__()
         if not 0 < alpha <= 1:
@@ -60,17 +75,57 @@ class VSC(nn.Module):
         else:
             self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
         self.site_priors = nn.ModuleDict()
+        if prior not in ("fixed", "pseudo_inputs"):
+            raise ValueError(f"prior must be 'fixed' or 'pseudo_inputs', got {prior!r}")
+        self.prior = prior
+        if prior == "pseudo_inputs":
+            if num_pseudo_inputs < 1:
+                raise ValueError(f"num_pseudo_inputs must be positive, got {num_pseudo_inputs}")
+            self.pseudo_inputs = nn.Parameter(torch.randn(num_pseudo_inputs, num_features))
+            self.selection = nn.Sequential(nn.Linear(num_features, num_pseudo_inputs), nn.ReLU())
+            self.selection_sharpness, self.selection_threshold = float(selection_sharpness), float(selection_threshold)
+        self._recognition = None
+
+    def attach_recognition(self, guide):
+        """Share the guide's recognition network, which encodes the pseudo-inputs."""
+        self._recognition = guide.posterior
 
     def point_estimate_sites(self, feature_variances):
         return {}
 
-    def latent_prior(self, like):
-        return SpikeAndSlab(like.new_full((self.latent_dim,), self.alpha), 0.0, 1.0).to_event(1)
+    def latent_prior(self, x):
+        if self.prior == "fixed":
+            return SpikeAndSlab(x.new_full((self.latent_dim,), self.alpha), 0.0, 1.0).to_event(1)
+        # Supplement A.3: u* = sigmoid(a (u / Σu - b)), u = ReLU(linear(x)).
+        scores = self.selection(x)
+        scores = scores / scores.sum(-1, keepdim=True).clamp_min(1e-12)
+        weights = torch.sigmoid(self.selection_sharpness * (scores - self.selection_threshold))
+        # Pseudo-inputs are learned in standardised units and mapped to data units,
+        # where the recognition network expects its inputs.
+        encoded = self._recognition(self.decoder.output_affine(self.pseudo_inputs)).base_dist
+        # The recognition model may give γ = 1 exactly (log γ = -ReLU(-v)); a
+        # prior component without an atom would make the KL from any posterior
+        # with one infinite.
+        gate = encoded.gate.clamp(1e-6, 1 - 1e-6)
+        return SelectedSpikeAndSlab(weights, SpikeAndSlab(gate, encoded.loc, encoded.scale))
+
+    def prior_sparsity_penalty(self, prior):
+        """KL(Bernoulli(mean spike probability of the pseudo-inputs) ‖ Bernoulli(α)), summed over k."""
+        mean_gate = prior.components.gate.mean(0).clamp(1e-6, 1 - 1e-6)
+        alpha = torch.as_tensor(self.alpha, dtype=mean_gate.dtype)
+        return (
+            mean_gate * (mean_gate / alpha).log()
+            + (1 - mean_gate) * ((1 - mean_gate) / (1 - alpha).clamp_min(1e-6)).log()
+        ).sum()
 
     def forward(self, x, num_data=None):
         with data_plate(x, num_data):
+            prior = self.latent_prior(x)
+            if self.prior == "pseudo_inputs":
+                # Once per data point, so it is weighed like the code's own KL.
+                pyro.factor("prior_sparsity", -self.prior_sparsity_penalty(prior).expand(x.shape[:1]))
             with poutine.scale(scale=self.beta):
-                z = pyro.sample("z", self.latent_prior(x))
+                z = pyro.sample("z", prior)
             if self.likelihood == "gaussian":
                 loc, variance = self.decoder(z)
                 pyro.sample("x", observation("gaussian", loc, variance), obs=x)

@@ -48,12 +48,15 @@ def importance_log_likelihood(model, guide, x, num_samples=100):
 
 
 @torch.no_grad()
-def expected_observation(model, guide, x):
-    """E[x | z = E_q[z | x], globals]: the model's mean of x at the posterior-mean code."""
+def expected_observation(model, guide, x, codes=None):
+    """
+    E[x | z, globals]: the model's mean of x given codes z (by default the
+    posterior means E_q[z | x]) and the guide's values of the global sites.
+    """
     guide_trace = poutine.trace(guide).get_trace(x)
     for site in guide_trace.nodes.values():
         if site["type"] == "sample" and in_data_plate(site):
-            site["value"] = site["fn"].mean
+            site["value"] = site["fn"].mean if codes is None else codes
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
     return next(
         site["fn"].mean

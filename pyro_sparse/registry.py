@@ -110,6 +110,8 @@ def build(name, summary, latent_dim, likelihood, hyper):
         kl_weight=model.beta,
         **{k: v for k, v in hyper.items() if k in guide_parameters and k not in model_parameters},
     )
+    if hasattr(model, "attach_recognition"):
+        model.attach_recognition(guide)
     if likelihood == "gaussian":
         # Networks see standardised features; the likelihood stays in data units.
         # A constant feature keeps unit scale (nothing to standardise).

@@ -139,6 +139,8 @@ def fit(
             epochs_without_improvement += 1
             if early_stopping and epochs_without_improvement >= early_stopping:
                 break
+    for module in scheduled:
+        module.schedule(math.inf)  # evaluation and saved models see the finished schedules
     if early_stopping and best[1] is not None:
         model.load_state_dict(best[1][0])
         guide.load_state_dict(best[1][1])

@@ -126,3 +126,25 @@ def test_bad_vsc_settings_are_named(digits):
         pyro_sparse.train("vsc", digits, slope_start=300.0, **QUICK)
     with pytest.raises(TypeError, match="no hyperparameter"):
         pyro_sparse.train("vsc", digits, lambda0=3.0, **QUICK)
+
+
+def test_conditional_samples_vary_only_active_dimensions(fitted, digits, monkeypatch):
+    samples = fitted.conditional_samples(digits[:5], num_samples=3)
+    assert samples.shape == (3, 5, 64) and np.isfinite(samples).all()
+    # With every dimension switched off, all draws decode the zero code: identical samples.
+    monkeypatch.setattr(type(fitted), "spike_probabilities", lambda self, X: np.zeros((len(X), 8)))
+    still = fitted.conditional_samples(digits[:5], num_samples=3)
+    np.testing.assert_allclose(still[0], still[1])
+    assert not np.allclose(samples[0], samples[1])
+
+
+def test_pseudo_input_model_round_trips_through_a_file(digits, tmp_path):
+    fitted = pyro_sparse.train("vsc", digits, prior="pseudo_inputs", num_pseudo_inputs=4, **QUICK)
+    fitted.save(tmp_path / "vsc.pt")
+    loaded = pyro_sparse.load(tmp_path / "vsc.pt")
+    np.testing.assert_allclose(loaded.transform(digits), fitted.transform(digits))
+    torch.manual_seed(0)
+    a = loaded.heldout_log_likelihood(digits[:10], 4)
+    torch.manual_seed(0)
+    b = fitted.heldout_log_likelihood(digits[:10], 4)
+    np.testing.assert_allclose(a, b, rtol=1e-5)

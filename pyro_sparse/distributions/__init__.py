@@ -1,7 +1,8 @@
 """Priors for sparse deep generative models, as Pyro distributions."""
 
-# Importing spike_and_slab also runs its register_kl(SpikeAndSlab, SpikeAndSlab).
+# Importing these modules also runs their register_kl calls.
+from pyro_sparse.distributions.pseudo_input_prior import SelectedSpikeAndSlab
 from pyro_sparse.distributions.spike_and_slab import SpikeAndSlab
 from pyro_sparse.distributions.spike_slab_lasso import SpikeSlabLasso
 
-__all__ = ["SpikeAndSlab", "SpikeSlabLasso"]
+__all__ = ["SelectedSpikeAndSlab", "SpikeAndSlab", "SpikeSlabLasso"]

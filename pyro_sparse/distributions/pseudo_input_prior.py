@@ -1,0 +1,80 @@
+import torch
+from pyro.distributions import TorchDistribution
+from torch.distributions import Independent, constraints
+from torch.distributions.kl import kl_divergence, register_kl
+
+from pyro_sparse.distributions.spike_and_slab import SpikeAndSlab
+
+
+class SelectedSpikeAndSlab(TorchDistribution):
+    r"""
+    The learned pseudo-input prior of Variational Sparse Coding (UAI version,
+    supplement A.3): P spike-and-slab components — the recognition model's
+    encodings of P learned pseudo-inputs — and, per data point, selection
+    weights u*(x) over them,
+
+    .. math::
+
+        p(z \mid x) = \sum_p \pi_p(x) \prod_k
+            \mathrm{SpikeAndSlab}(z_k; \gamma_{pk}, \mu_{pk}, \sigma_{pk}),
+        \qquad \pi_p = u^*_p / \textstyle\sum_{p'} u^*_{p'} .
+
+    The KL from a spike-and-slab posterior is registered as the
+    selection-weighted sum Σ_p π_p KL(q ‖ p_p), the term of supplement A.3.
+    We normalise the weights (the paper's u* come from a sharp sigmoid and are
+    nearly one-hot) so that ``log_prob`` is the density of a proper mixture;
+    by convexity the weighted KL bounds the KL to that mixture from above, so
+    the ELBO stays a lower bound of log p(x) under it.
+
+    :param torch.Tensor weights: selection weights, shape ``(..., P)``, ≥ 0.
+    :param SpikeAndSlab components: batch shape ``(P, K)``.
+    """
+
+    arg_constraints = {"weights": constraints.independent(constraints.nonnegative, 1)}
+    support = constraints.independent(constraints.real, 1)
+    has_rsample = False
+
+    def __init__(self, weights, components, validate_args=None):
+        if not isinstance(components, SpikeAndSlab) or components.batch_shape[:-1] != weights.shape[-1:]:
+            raise ValueError("components must be a SpikeAndSlab with batch shape (P, K) matching weights (..., P)")
+        self.weights, self.components = weights, components
+        super().__init__(weights.shape[:-1], components.batch_shape[-1:], validate_args=validate_args)
+
+    @property
+    def mixture_weights(self):
+        return self.weights / self.weights.sum(-1, keepdim=True).clamp_min(1e-12)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(SelectedSpikeAndSlab, _instance)
+        batch_shape = torch.Size(batch_shape)
+        new.weights = self.weights.expand(batch_shape + self.weights.shape[-1:])
+        new.components = self.components
+        super(SelectedSpikeAndSlab, new).__init__(batch_shape, self.event_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def log_prob(self, value):
+        # (..., 1, K) against (P, K): log density of each component, summed over k.
+        per_component = self.components.log_prob(value.unsqueeze(-2)).sum(-1)
+        return torch.logsumexp(per_component + self.mixture_weights.log(), dim=-1)
+
+    def sample(self, sample_shape=torch.Size()):
+        with torch.no_grad():
+            shape = self._extended_shape(sample_shape)
+            choice = torch.distributions.Categorical(self.mixture_weights).sample(sample_shape)
+            draws = self.components.sample(shape[:-1])  # (..., P, K)
+            index = choice[..., None, None].expand(*choice.shape, 1, shape[-1])
+            return draws.gather(-2, index).squeeze(-2)
+
+
+@register_kl(Independent, SelectedSpikeAndSlab)
+def _kl_spike_and_slab_to_selected(q, p):
+    """Σ_p π_p Σ_k KL(q_k ‖ p_pk) (supplement A.3), for q a spike-and-slab with one event dim."""
+    if not isinstance(q.base_dist, SpikeAndSlab) or q.reinterpreted_batch_ndims != 1:
+        raise NotImplementedError
+    base = q.base_dist
+    expanded = SpikeAndSlab(
+        base.gate.unsqueeze(-2), base.loc.unsqueeze(-2), base.scale.unsqueeze(-2), slope=base.slope
+    )
+    per_component = kl_divergence(expanded, p.components).sum(-1)  # (..., P)
+    return (p.mixture_weights * per_component).sum(-1)

@@ -1,0 +1,80 @@
+"""The learned pseudo-input prior of VSC (UAI supplement A.3)."""
+
+import numpy as np
+import pytest
+import torch
+from torch.distributions import kl_divergence
+
+import pyro_sparse
+from pyro_sparse.distributions import SelectedSpikeAndSlab, SpikeAndSlab
+from pyro_sparse.image_datasets import load_digits_images
+
+
+def posterior(batch=6, latent=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return SpikeAndSlab(
+        torch.rand(batch, latent, generator=g) * 0.98 + 0.01,
+        torch.randn(batch, latent, generator=g),
+        torch.rand(batch, latent, generator=g) + 0.2,
+    ).to_event(1)
+
+
+def test_one_pseudo_input_at_the_fixed_prior_gives_the_fixed_prior_kl():
+    alpha, q = 0.2, posterior()
+    components = SpikeAndSlab(torch.full((1, 4), alpha), torch.zeros(1, 4), torch.ones(1, 4))
+    selected = SelectedSpikeAndSlab(torch.rand(6, 1) + 0.1, components)
+    fixed = SpikeAndSlab(torch.full((4,), alpha), 0.0, 1.0).to_event(1)
+    torch.testing.assert_close(kl_divergence(q, selected), kl_divergence(q, fixed))
+    z = q.sample()
+    torch.testing.assert_close(selected.log_prob(z), fixed.log_prob(z))
+
+
+def test_kl_is_the_selection_weighted_sum_of_component_kls():
+    q = posterior(batch=3)
+    g = torch.Generator().manual_seed(1)
+    components = SpikeAndSlab(torch.rand(5, 4, generator=g) * 0.9 + 0.05, torch.randn(5, 4, generator=g), torch.ones(5, 4))
+    weights = torch.rand(3, 5, generator=g)
+    selected = SelectedSpikeAndSlab(weights, components)
+    expected = torch.zeros(3)
+    for i in range(3):
+        for p in range(5):
+            single = SpikeAndSlab(components.gate[p], components.loc[p], components.scale[p]).to_event(1)
+            qi = SpikeAndSlab(q.base_dist.gate[i], q.base_dist.loc[i], q.base_dist.scale[i]).to_event(1)
+            expected[i] += weights[i, p] / weights[i].sum() * kl_divergence(qi, single)
+    torch.testing.assert_close(kl_divergence(q, selected), expected)
+
+
+def test_mixture_samples_follow_the_weights():
+    components = SpikeAndSlab(torch.ones(2, 1) - 1e-6, torch.tensor([[-5.0], [5.0]]), torch.full((2, 1), 0.1))
+    selected = SelectedSpikeAndSlab(torch.tensor([[1.0, 3.0]]), components)
+    draws = selected.sample((4000,))
+    assert draws.shape == (4000, 1, 1)
+    assert (draws > 0).float().mean().item() == pytest.approx(0.75, abs=0.03)
+    # log_prob is a proper mixture density: it integrates to 1 on a grid.
+    grid = torch.linspace(-8, 8, 20001).reshape(-1, 1, 1)
+    mass = selected.log_prob(grid).exp().squeeze(-1).sum() * (grid[1] - grid[0]).item()
+    assert mass.item() == pytest.approx(1.0, abs=1e-3)
+
+
+def test_shape_errors_are_named():
+    with pytest.raises(ValueError, match="batch shape"):
+        SelectedSpikeAndSlab(torch.ones(3, 5), SpikeAndSlab(torch.full((4, 2), 0.5), 0.0, 1.0))
+
+
+def test_vsc_trains_with_pseudo_inputs_and_the_prior_sparsity_follows_alpha():
+    X = load_digits_images().X[:600]
+    mean_gate = {}
+    for alpha in (0.02, 0.8):
+        fitted = pyro_sparse.train(
+            "vsc", X, prior="pseudo_inputs", num_pseudo_inputs=5, alpha=alpha, latent_dim=8,
+            max_epochs=10, lr=1e-3, hidden_dims=(32,), progress=False,
+        )
+        assert fitted.model.pseudo_inputs.shape == (5, 64)
+        assert np.isfinite(fitted.history_["train_loss"]).all()
+        assert np.isfinite(fitted.heldout_log_likelihood(X[:20], 5)).all()
+        with torch.no_grad():
+            prior = fitted.model.latent_prior(torch.as_tensor(X[:10]))
+        assert isinstance(prior, SelectedSpikeAndSlab) and prior.batch_shape == (10,)
+        mean_gate[alpha] = prior.components.gate.mean().item()
+    # The sparsity term pulls the pseudo-inputs' mean spike probability towards α.
+    assert mean_gate[0.02] < mean_gate[0.8] - 0.1, mean_gate
