@@ -242,17 +242,20 @@ def _run_smiley(job):
 
     train = smiley(job["smiley_n"], seed=job["seed"])
     test = smiley(job["smiley_test"], seed=10_000 + job["seed"])
-    fitted, seconds = _fit(job, train.X)
+    keep = train.X.std(0) >= job["min_feature_sd"]
+    X_train, X_test = train.X[:, keep], test.X[:, keep]
+    fitted, seconds = _fit(job, X_train)
     # Gaussian posteriors: mode = mean; spike-and-slab: the sparse mode.
-    Z = fitted.transform(test.X)
+    Z = fitted.transform(X_test)
     C = abs_correlations(test.variables, Z)
     result = {**job, "seconds": seconds, **_history(fitted)}
     result.update(correlation_summary(C))
     result["abs_corr"] = C.round(4).tolist()
     result["variable_names"] = list(test.variable_names)
-    result.update(code_statistics(fitted, test.X, job["model"]))
+    result["num_pixels"] = int(keep.sum())
+    result.update(code_statistics(fitted, X_test, job["model"]))
     result["used_latents"] = result["dims_used"] if job["model"] == "vsc" else result["active_units"]
-    result.update(likelihood_metrics(fitted, test.X[: job["max_test"]], job["iw_samples"]))
+    result.update(likelihood_metrics(fitted, X_test[: job["max_test"]], job["iw_samples"]))
     return result
 
 
@@ -466,6 +469,8 @@ def main():
     parser.add_argument("--smiley-epochs", type=int, default=60)
     parser.add_argument("--smiley-alpha", type=float, default=0.01)
     parser.add_argument("--smiley-likelihood", default="gaussian", choices=["gaussian", "bernoulli"])
+    parser.add_argument("--smiley-min-feature-sd", type=float, default=0.01,
+                        help="drop Smiley pixels whose training sd is below this (0 keeps all 1024)")
     parser.add_argument("--smiley-seeds", type=int, default=1)
     parser.add_argument("--betas", default="1,4", help="β grid of the Smiley β-VAE")
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
@@ -487,6 +492,7 @@ def main():
         smiley_common = {
             **common, "part": "smiley", "latent_dim": args.smiley_latent, "epochs": args.smiley_epochs,
             "likelihood": args.smiley_likelihood, "smiley_n": args.smiley_n, "smiley_test": args.smiley_test,
+            "min_feature_sd": args.smiley_min_feature_sd,
         }
         for seed in range(args.smiley_seeds):
             jobs.append({**smiley_common, "model": "vsc", "alpha": args.smiley_alpha, "seed": seed,

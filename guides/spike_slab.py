@@ -1,5 +1,6 @@
 """The recognition network of variational sparse coding: q_φ(z | x) spike-and-slab."""
 
+import torch
 import torch.nn.functional as F
 from pyro_sparse.guides.amortized import AmortizedGuide
 
@@ -44,8 +45,11 @@ class SpikeSlabGuide(AmortizedGuide):
         self.slope_start, self.slope_end = float(slope_start), float(slope_end)
         self.slope_warmup_epochs = float(slope_warmup_epochs)
         self.pretrain_epochs, self.pretrain_ramp_epochs = float(pretrain_epochs), float(pretrain_ramp_epochs)
-        # Outside training (evaluation, a loaded model) the schedules are finished.
-        self.schedule(float("inf"))
+        # The schedules' current values are buffers: a fitted or loaded guide
+        # evaluates with the values its training ended on (finished ones for a
+        # fresh guide used on its own).
+        self.register_buffer("slope", torch.tensor(self.slope_end))
+        self.register_buffer("slab_weight", torch.tensor(1.0))
 
     @staticmethod
     def _ramp(epoch, start, length):
@@ -53,14 +57,14 @@ class SpikeSlabGuide(AmortizedGuide):
             return float(epoch >= start)
         return min(1.0, max(0.0, (epoch - start) / length))
 
-    def schedule(self, epoch):
+    def schedule(self, epoch, iteration=None):
         progress = self._ramp(epoch, 0.0, self.slope_warmup_epochs)
-        self.slope = self.slope_start + progress * (self.slope_end - self.slope_start)
-        self.slab_weight = self._ramp(epoch, self.pretrain_epochs, self.pretrain_ramp_epochs)
+        self.slope.fill_(self.slope_start + progress * (self.slope_end - self.slope_start))
+        self.slab_weight.fill_(self._ramp(epoch, self.pretrain_epochs, self.pretrain_ramp_epochs))
 
     def posterior(self, x):
         loc, log_variance, v = self.encoder_outputs(x)
         gate = (-F.relu(-v)).exp()
         # λ = 0 holds the slab at the prior N(0, 1) during spike pre-training.
         slab_loc, slab_scale = self.slab_weight * loc, (0.5 * self.slab_weight * log_variance).exp()
-        return SpikeAndSlab(gate, slab_loc, slab_scale, slope=self.slope).to_event(1)
+        return SpikeAndSlab(gate, slab_loc, slab_scale, slope=self.slope.item()).to_event(1)

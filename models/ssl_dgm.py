@@ -91,6 +91,14 @@ class SparseDGM(nn.Module):
             raise ValueError("prior_covariance must be a symmetric positive definite matrix")
         self.register_buffer("prior_scale_tril", scale_tril)
 
+    # W is a global (G, K) site: a vectorised particle dim on it would not fit
+    # the masked decoder, so particles are drawn one pass at a time.
+    vectorized_particles = False
+
+    def guide_options(self):
+        """What the guide must share with this model: the z site's scale."""
+        return {"kl_weight": self.beta}
+
     def point_estimate_sites(self, feature_variances):
         """Global sites to point-estimate: name -> (initial value, support)."""
         sites = {"W": (torch.ones(self.num_features, self.latent_dim), constraints.real)}

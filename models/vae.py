@@ -55,6 +55,10 @@ class VAE(nn.Module):
             self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
         self.site_priors = nn.ModuleDict()
 
+    def guide_options(self):
+        """What the guide must share with this model: the z site's scale."""
+        return {"kl_weight": self.beta}
+
     def point_estimate_sites(self, feature_variances):
         if self.likelihood != "gaussian" or self.heteroscedastic:
             return {}

@@ -90,6 +90,10 @@ class VSC(nn.Module):
         """Share the guide's recognition network, which encodes the pseudo-inputs."""
         self._recognition = guide.posterior
 
+    def guide_options(self):
+        """What the guide must share with this model: the z site's scale."""
+        return {"kl_weight": self.beta}
+
     def point_estimate_sites(self, feature_variances):
         return {}
 

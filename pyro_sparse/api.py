@@ -15,6 +15,7 @@ from pyro_sparse.data import (
     minibatches,
     split,
 )
+from pyro_sparse.elbo import MaxParticleELBO
 from pyro_sparse.evaluation import expected_observation, importance_log_likelihood
 from pyro_sparse.likelihoods import check_likelihood
 from pyro_sparse.training import fit
@@ -212,6 +213,8 @@ def train(
     validation_fraction=0.0,
     early_stopping=None,
     kl_warmup_epochs=None,
+    num_particles=1,
+    particle_reduction="mean",
     **hyperparameters,
 ):
     """
@@ -227,6 +230,11 @@ def train(
     ``kl_warmup_epochs`` (default: a quarter of ``max_epochs``) ramps the KL
     weight of z from 0 to 1 so the decoder learns to use the codes before the
     KL can collapse them; the objective after the warm-up is the paper's.
+
+    ``num_particles`` draws J codes per data point per step;
+    ``particle_reduction="mean"`` averages their ELBO terms (the usual J-sample
+    estimate), ``"max"`` keeps each data point's best particle (the max-ELBO
+    sampling of Fallah & Rozell 2022, Eq. 9; see :class:`~pyro_sparse.elbo.MaxParticleELBO`).
     """
     registry.get_entry(model)
     likelihood = check_likelihood(likelihood)
@@ -242,6 +250,10 @@ def train(
         raise ValueError(f"max_epochs must be a positive integer, got {max_epochs!r}")
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr!r}")
+    if not isinstance(num_particles, (int, np.integer)) or num_particles < 1:
+        raise ValueError(f"num_particles must be a positive integer, got {num_particles!r}")
+    if particle_reduction not in ("mean", "max"):
+        raise ValueError(f"particle_reduction must be 'mean' or 'max', got {particle_reduction!r}")
     if not 0 <= validation_fraction < 1:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
     device = resolve_device(device)
@@ -265,10 +277,18 @@ def train(
             "lr": _jsonable(lr),
             "seed": _jsonable(seed),
             "kl_warmup_epochs": _jsonable(kl_warmup_epochs),
+            "num_particles": _jsonable(num_particles),
+            "particle_reduction": particle_reduction,
         },
     }
     json.dumps(config)  # fail now, not after training, if a setting cannot be saved
     model_module, guide, elbo = _assemble(config, device)
+    if num_particles > 1 or particle_reduction == "max":
+        elbo = MaxParticleELBO(
+            num_particles=num_particles,
+            particle_reduction=particle_reduction,
+            vectorize_particles=getattr(model_module, "vectorized_particles", True),
+        )
     history = fit(
         model_module,
         guide,

@@ -4,8 +4,9 @@ adding a model to ``train(model=NAME)`` is adding one entry to ``MODELS``.
 
 A registered model is an ``nn.Module`` whose ``forward(x, num_data)`` is a
 Pyro model, with ``site_priors`` (priors of global sites that own fitting
-hooks), ``point_estimate_sites(feature_variances)``, ``beta`` (the weight of
-the z site, which its guide must share) and a ``decoder`` ending in a
+hooks), ``point_estimate_sites(feature_variances)``, ``guide_options()``
+(what its guide must share with it, e.g. the z site's scale) and, if its
+network decoder should see standardised units, a ``decoder`` ending in a
 ``FeatureAffine`` named ``output_affine``; its constructor takes
 ``num_features, latent_dim, likelihood`` and its hyperparameters by keyword.
 """
@@ -17,9 +18,9 @@ import numpy as np
 from pyro.infer import TraceMeanField_ELBO
 
 from pyro_sparse.data import check_constant_features
-from pyro_sparse.guides import AmortizedNormalGuide, SpikeSlabGuide
+from pyro_sparse.guides import AmortizedNormalGuide, SpikeSlabGuide, ThresholdedGuide
 from pyro_sparse.likelihoods import calibrate_noise_prior
-from pyro_sparse.models import VAE, VSC, SparseDGM
+from pyro_sparse.models import TVSC, VAE, VSC, SparseDGM
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,10 @@ MODELS = {
         VSC, SpikeSlabGuide, TraceMeanField_ELBO,
         "variational sparse coding: spike-and-slab codes (Tonolini et al. 2019/2020)",
     ),
+    "tvsc": ModelEntry(
+        TVSC, ThresholdedGuide, TraceMeanField_ELBO,
+        "thresholded variational sparse coding: soft-thresholded Laplace/Gaussian codes (Fallah & Rozell 2022)",
+    ),
 }
 
 
@@ -55,7 +60,7 @@ def get_entry(name):
 # Arguments that build() supplies itself rather than the user.
 _SUPPLIED = {
     "self", "num_features", "latent_dim", "likelihood",
-    "hidden_dims", "point_estimates", "log1p_input", "kl_weight",
+    "hidden_dims", "point_estimates", "log1p_input", "kl_weight", "threshold_kl_weight",
 }
 
 
@@ -83,6 +88,10 @@ def resolve_hyperparameters(name, likelihood, summary, hyper):
         check_constant_features(summary, likelihood)
         nu = hyper.get("noise_nu", _parameters(get_entry(name).model)["noise_nu"].default)
         hyper["noise_xi"] = calibrate_noise_prior(summary.feature_variances, nu)
+    if "noise_variance" in allowed and hyper.get("noise_variance") is None:
+        # Eq. 12's -‖x - Az‖² is a Gaussian with σ² = 1/2 for unit-variance
+        # features; keep that ratio for data in other units.
+        hyper["noise_variance"] = 0.5 * float(np.mean(summary.feature_variances)) or 0.5
     if "hidden_dims" in hyper:
         hyper["hidden_dims"] = tuple(int(h) for h in hyper["hidden_dims"])
     return hyper
@@ -107,7 +116,7 @@ def build(name, summary, latent_dim, likelihood, hyper):
         hidden_dims=model.hidden_dims,
         point_estimates=model.point_estimate_sites(summary.feature_variances),
         log1p_input=likelihood == "multinomial",
-        kl_weight=model.beta,
+        **model.guide_options(),
         **{k: v for k, v in hyper.items() if k in guide_parameters and k not in model_parameters},
     )
     if hasattr(model, "attach_recognition"):
@@ -117,6 +126,8 @@ def build(name, summary, latent_dim, likelihood, hyper):
         # A constant feature keeps unit scale (nothing to standardise).
         scale = np.sqrt(summary.feature_variances)
         scale[scale == 0] = 1.0
-        model.decoder.output_affine.set(summary.feature_means, scale)
         guide.input_affine.set(summary.feature_means, scale)
+        output_affine = getattr(getattr(model, "decoder", None), "output_affine", None)
+        if output_affine is not None:
+            output_affine.set(summary.feature_means, scale)
     return model, guide, entry.elbo()

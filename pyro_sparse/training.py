@@ -92,7 +92,8 @@ def fit(
     kl_warmup_steps = max(1.0, kl_warmup_epochs * steps_per_epoch)
     step = 0
     # Modules with training schedules (e.g. a relaxation slope warm-up) define
-    # ``schedule(epoch)``, called before every step with the fractional epoch.
+    # ``schedule(epoch, iteration)``, called before every step with the
+    # fractional epoch and the number of steps taken so far.
     scheduled = [m for m in (model, guide) if hasattr(m, "schedule")]
     for epoch in tqdm(range(max_epochs), disable=not progress, desc="epochs"):
         model.train()
@@ -100,7 +101,7 @@ def fit(
         epoch_loss, num_steps = 0.0, 0
         for x in minibatches(train_matrix, batch_size, generator, device):
             for module in scheduled:
-                module.schedule(step / steps_per_epoch)
+                module.schedule(step / steps_per_epoch, step)
             optimizer.zero_grad(set_to_none=True)
             try:
                 with scale_local_latents(min(1.0, (step + 1) / kl_warmup_steps)):
@@ -139,8 +140,6 @@ def fit(
             epochs_without_improvement += 1
             if early_stopping and epochs_without_improvement >= early_stopping:
                 break
-    for module in scheduled:
-        module.schedule(math.inf)  # evaluation and saved models see the finished schedules
     if early_stopping and best[1] is not None:
         model.load_state_dict(best[1][0])
         guide.load_state_dict(best[1][1])

@@ -251,3 +251,12 @@ def test_cuda_training_matches_the_cpu_api(data):
     assert fitted.device.type == "cuda"
     assert fitted.transform(data.X).shape == (len(data.X), 3)
     assert np.isfinite(fitted.heldout_log_likelihood(data.X[:10], 3)).all()
+
+
+@pytest.mark.parametrize("model, reduction", [("ssl_dgm", "max"), ("vae", "mean"), ("vae", "max")])
+def test_particles_and_max_elbo_through_train(data, model, reduction):
+    fitted = pyro_sparse.train(model, data.X, num_particles=3, particle_reduction=reduction, **QUICK)
+    assert np.isfinite(fitted.history_["train_loss"]).all()
+    assert fitted.config["training"]["num_particles"] == 3
+    with pytest.raises(ValueError, match="particle_reduction"):
+        pyro_sparse.train(model, data.X, particle_reduction="median", **QUICK)

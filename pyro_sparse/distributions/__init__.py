@@ -4,5 +4,15 @@
 from pyro_sparse.distributions.pseudo_input_prior import SelectedSpikeAndSlab
 from pyro_sparse.distributions.spike_and_slab import SpikeAndSlab
 from pyro_sparse.distributions.spike_slab_lasso import SpikeSlabLasso
+from pyro_sparse.distributions.thresholded import (
+    ThresholdedLaplace,
+    ThresholdedNormal,
+)
 
-__all__ = ["SelectedSpikeAndSlab", "SpikeAndSlab", "SpikeSlabLasso"]
+__all__ = [
+    "SelectedSpikeAndSlab",
+    "SpikeAndSlab",
+    "SpikeSlabLasso",
+    "ThresholdedLaplace",
+    "ThresholdedNormal",
+]

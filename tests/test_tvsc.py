@@ -1,0 +1,106 @@
+"""Thresholded variational sparse coding: model/guide pair, schedules, sparse codes."""
+
+import numpy as np
+import pyro
+import pytest
+import torch
+from pyro import poutine
+from pyro_sparse.guides import ThresholdedGuide
+
+import pyro_sparse
+from pyro_sparse.image_datasets import load_digits_images
+
+QUICK = dict(latent_dim=8, max_epochs=3, batch_size=100, lr=1e-3, hidden_dims=(32,), progress=False)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits_images().X[:500]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(base="laplace"),
+        dict(base="gaussian", threshold=0.52),
+        dict(base="laplace", learn_threshold=True),
+        dict(base="laplace", decoder="linear"),
+        dict(base="laplace", straight_through=False),
+    ],
+)
+def test_variants_train_and_give_exactly_sparse_codes(digits, options):
+    fitted = pyro_sparse.train("tvsc", digits, **QUICK, **options)
+    assert np.isfinite(fitted.history_["train_loss"]).all()
+    codes, gates = fitted.transform(digits), fitted.spike_probabilities(digits)
+    # The sparse-code convention: exactly 0 where the spike is more probable.
+    np.testing.assert_array_equal(codes == 0, gates < 0.5)
+    assert np.isfinite(fitted.heldout_log_likelihood(digits[:20], 4)).all()
+    draws = fitted.sample_posterior(digits[:20], 50)
+    assert (draws == 0).any() and draws.shape == (50, 20, 8)
+
+
+def test_laplace_gate_is_prop_3_1(digits):
+    fitted = pyro_sparse.train("tvsc", digits, **QUICK)
+    posterior = fitted.guide.posterior(torch.as_tensor(digits[:30])).base_dist
+    expected = torch.exp(-posterior.threshold / posterior.scale)
+    np.testing.assert_allclose(fitted.spike_probabilities(digits[:30]), expected.detach().numpy(), rtol=1e-5)
+
+
+def test_z_kl_is_the_base_kl_weighted_by_beta(digits):
+    fitted = pyro_sparse.train("tvsc", digits, beta=0.3, **QUICK)
+    x = torch.as_tensor(digits[:10])
+    torch.manual_seed(0)
+    guide_trace = poutine.trace(fitted.guide).get_trace(x)
+    model_trace = poutine.trace(poutine.replay(fitted.model, trace=guide_trace)).get_trace(x)
+    q, p = guide_trace.nodes["z"]["fn"].base_dist, model_trace.nodes["z"]["fn"].base_dist
+    base_kl = torch.distributions.kl_divergence(q.base_dist, p.base_dist).sum(-1)
+    torch.manual_seed(0)
+    loss = pyro.infer.TraceMeanField_ELBO().differentiable_loss(fitted.model, fitted.guide, x)
+    loglik = model_trace.nodes["x"]["fn"].log_prob(x).sum()
+    torch.testing.assert_close(loss, 0.3 * base_kl.sum() - loglik, rtol=1e-4, atol=1e-3)
+
+
+def test_learned_threshold_has_the_gamma_prior_and_its_own_weight(digits):
+    fitted = pyro_sparse.train("tvsc", digits, learn_threshold=True, threshold=0.4, threshold_beta=0.05, **QUICK)
+    x = torch.as_tensor(digits[:4])
+    guide_trace = poutine.trace(fitted.guide).get_trace(x)
+    model_trace = poutine.trace(poutine.replay(fitted.model, trace=guide_trace)).get_trace(x)
+    prior = model_trace.nodes["threshold"]["fn"].base_dist
+    torch.testing.assert_close(prior.mean, torch.full_like(prior.mean, 0.4))  # Gamma(3, 3/λ0)
+    assert prior.concentration.eq(3.0).all()
+    assert guide_trace.nodes["threshold"]["scale"] == model_trace.nodes["threshold"]["scale"] == 0.05
+
+
+def test_laplace_scale_warmup():
+    guide = ThresholdedGuide(5, 3, hidden_dims=(4,))
+    assert guide.scale_warmup.item() == 1.0
+    for iteration, expected in [(0, 0.1), (1000, 0.3), (10_000, 1.0)]:
+        guide.schedule(0.0, iteration)
+        assert guide.scale_warmup.item() == pytest.approx(expected)
+    gaussian = ThresholdedGuide(5, 3, hidden_dims=(4,), base="gaussian")
+    gaussian.schedule(0.0, 0)
+    assert gaussian.scale_warmup.item() == 1.0
+
+
+def test_linear_decoder_is_a_dictionary_with_a_frobenius_prior(digits):
+    fitted = pyro_sparse.train("tvsc", digits, decoder="linear", dictionary_penalty=0.01, **QUICK)
+    A = fitted.guide.point_estimate("A").detach()
+    assert A.shape == (64, 8)
+    x = torch.as_tensor(digits[:5])
+    codes = torch.as_tensor(fitted.transform(digits[:5]), dtype=torch.float32)
+    torch.testing.assert_close(fitted.model.generator_output(codes, A), codes @ A.T)
+    trace = poutine.trace(fitted.model).get_trace(x)
+    # log N(A; 0, (2κ)^-1/2) = -κ‖A‖² + const
+    a1, a2 = torch.zeros(64, 8), torch.ones(64, 8)
+    prior = trace.nodes["A"]["fn"]
+    torch.testing.assert_close(prior.log_prob(a2) - prior.log_prob(a1), torch.tensor(-0.01 * 64 * 8))
+
+
+def test_bad_tvsc_settings_are_named(digits):
+    for options, message in [
+        (dict(base="cauchy"), "base"),
+        (dict(decoder="conv"), "decoder"),
+        (dict(threshold=0.0), "threshold"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            pyro_sparse.train("tvsc", digits, **QUICK, **options)
