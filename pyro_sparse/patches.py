@@ -63,16 +63,16 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "PatchData",
     "SKIMAGE_IMAGE_NAMES",
     "SKLEARN_IMAGE_NAMES",
+    "PatchData",
     "available_skimage_images",
     "load_natural_images",
-    "to_grey",
-    "whitening_filter",
-    "whiten_image",
     "radial_power_spectrum",
+    "to_grey",
+    "whiten_image",
     "whitened_patches",
+    "whitening_filter",
 ]
 
 #: The two photographs of ``sklearn.datasets.load_sample_images()``.
@@ -128,7 +128,7 @@ def to_grey(image) -> np.ndarray:
 def _skimage_data_dir() -> str | None:
     """The installed ``skimage/data`` folder, or None if scikit-image cannot be imported."""
     try:
-        import skimage  # noqa: F401  (only to locate the package)
+        import skimage
     except ImportError:
         return None
     return os.path.join(os.path.dirname(skimage.__file__), "data")
@@ -140,7 +140,8 @@ def available_skimage_images() -> tuple[str, ...]:
     if folder is None:
         return ()
     return tuple(
-        name for name, file in SKIMAGE_IMAGE_FILES.items()
+        name
+        for name, file in SKIMAGE_IMAGE_FILES.items()
         if os.path.isfile(os.path.join(folder, file))
     )
 
@@ -190,7 +191,9 @@ def whitening_filter(shape: tuple[int, int], f0: float = 0.4) -> np.ndarray:
     return rho * np.exp(-((rho / f0) ** 4))
 
 
-def whiten_image(image, f0: float = 0.4, pad: int = 16, unit_variance: bool = True) -> np.ndarray:
+def whiten_image(
+    image, f0: float = 0.4, pad: int = 16, unit_variance: bool = True
+) -> np.ndarray:
     """
     Whiten one grey image with :func:`whitening_filter` (see the module docstring):
     reflect-pad by ``pad`` pixels, filter in the Fourier domain, crop back, and
@@ -238,7 +241,9 @@ def radial_power_spectrum(image, num_bins: int = 32, window: bool = True):
 
 
 @functools.lru_cache(maxsize=8)
-def _whitened_images(include_skimage: bool, f0: float, pad: int) -> tuple[tuple[str, np.ndarray], ...]:
+def _whitened_images(
+    include_skimage: bool, f0: float, pad: int
+) -> tuple[tuple[str, np.ndarray], ...]:
     out = []
     for name, img in load_natural_images(include_skimage).items():
         white = whiten_image(img, f0=f0, pad=pad)
@@ -284,7 +289,11 @@ def _cut(images, names, total, patch_size, rng) -> np.ndarray:
     if total == 0:
         return np.zeros((0, patch_size * patch_size))
     positions = np.array(
-        [(images[n].shape[0] - patch_size + 1) * (images[n].shape[1] - patch_size + 1) for n in names],
+        [
+            (images[n].shape[0] - patch_size + 1)
+            * (images[n].shape[1] - patch_size + 1)
+            for n in names
+        ],
         dtype=np.float64,
     )
     counts = _largest_remainder(total, positions)
@@ -295,7 +304,9 @@ def _cut(images, names, total, patch_size, rng) -> np.ndarray:
         r = rng.integers(0, img.shape[0] - patch_size + 1, size=count)
         c = rng.integers(0, img.shape[1] - patch_size + 1, size=count)
         # Gather every window at once through a strided view (no copy of the image).
-        windows = np.lib.stride_tricks.sliding_window_view(img, (patch_size, patch_size))
+        windows = np.lib.stride_tricks.sliding_window_view(
+            img, (patch_size, patch_size)
+        )
         out[row : row + count] = windows[r, c].reshape(count, -1)
         row += count
     # Interleave the images' patches so that any prefix is a mix of all of them.
@@ -363,7 +374,7 @@ def whitened_patches(
     rng = np.random.default_rng(seed)
 
     if validation_images is None:
-        validation_images = max(1, int(round(0.2 * len(names))))
+        validation_images = max(1, round(0.2 * len(names)))
     if isinstance(validation_images, (int, np.integer)):
         k = int(validation_images)
         if not 0 <= k < len(names):
@@ -394,7 +405,11 @@ def whitened_patches(
         mean = float(train.mean())
         std = float(train.std())
     if standardize is not None:
-        std = np.where(np.asarray(std) > 0, std, 1.0) if standardize == "pixel" else (std or 1.0)
+        std = (
+            np.where(np.asarray(std) > 0, std, 1.0)
+            if standardize == "pixel"
+            else (std or 1.0)
+        )
         train = (train - mean) / std
         validation = (validation - mean) / std
         if standardize == "pixel":

@@ -73,21 +73,23 @@ import numpy as np
 import torch
 
 __all__ = [
+    "DictionaryLearningResult",
     "FistaResult",
     "fista",
+    "lambda_warmup_factor",
+    "learn_dictionary",
     "lipschitz_constant",
     "soft_threshold",
     "sparse_coding_objective",
-    "lambda_warmup_factor",
-    "learn_dictionary",
-    "DictionaryLearningResult",
 ]
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def _as_tensor(x, *, like: torch.Tensor | None = None, name: str = "input") -> torch.Tensor:
+def _as_tensor(
+    x, *, like: torch.Tensor | None = None, name: str = "input"
+) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         t = x
     else:
@@ -159,7 +161,9 @@ def sparse_coding_objective(X, dictionary, codes, lam) -> torch.Tensor:
     if Z.ndim == 1:
         Z = Z.unsqueeze(0)
     if Z.shape != (X.shape[0], A.shape[1]):
-        raise ValueError(f"codes must have shape {(X.shape[0], A.shape[1])}; got {tuple(Z.shape)}")
+        raise ValueError(
+            f"codes must have shape {(X.shape[0], A.shape[1])}; got {tuple(Z.shape)}"
+        )
     residual = X - Z @ A.T
     value = 0.5 * residual.pow(2).sum(-1) + (lam_t * Z.abs()).sum(-1)
     return value[0] if squeeze else value
@@ -286,7 +290,9 @@ def fista(
             converged = False
     out = z[0] if squeeze else z
     if return_info:
-        return FistaResult(out, iterations - warmup if iterations > warmup else 0, converged, L)
+        return FistaResult(
+            out, iterations - warmup if iterations > warmup else 0, converged, L
+        )
     return out
 
 
@@ -372,7 +378,9 @@ def learn_dictionary(
     """
     if isinstance(X, torch.Tensor):
         dev = torch.device(device) if device is not None else X.device
-        dt = dtype or (X.dtype if X.dtype in (torch.float32, torch.float64) else torch.float32)
+        dt = dtype or (
+            X.dtype if X.dtype in (torch.float32, torch.float64) else torch.float32
+        )
     else:
         dev = torch.device(device) if device is not None else torch.device("cpu")
         dt = dtype or torch.float32
@@ -397,7 +405,8 @@ def learn_dictionary(
     history = DictionaryLearningResult(dictionary=A)
     step_size = float(lr)
     t = 0
-    num_batches = n // batch_size  # drop the last partial batch, as the paper's loop does
+    # Drop the last partial batch, as the paper's training loop does.
+    num_batches = n // batch_size
     with torch.no_grad():
         for _epoch in range(num_epochs):
             order = torch.randperm(n, generator=gen).to(dev)
@@ -406,14 +415,19 @@ def learn_dictionary(
             for b in range(num_batches):
                 xb = X[order[b * batch_size : (b + 1) * batch_size]]
                 omega = (
-                    lambda_warmup_factor(t, warmup_start, warmup_increment) if warmup else 1.0
+                    lambda_warmup_factor(t, warmup_start, warmup_increment)
+                    if warmup
+                    else 1.0
                 )
                 lam_t = lam * omega
                 L = float(lipschitz_constant(A))
                 z = fista(xb, A, lam_t, fista_iterations, fista_tol, lipschitz=L)
                 residual = xb - z @ A.T
                 if return_history:
-                    obj = 0.5 * residual.pow(2).sum(-1).mean() + lam_t * z.abs().sum(-1).mean()
+                    obj = (
+                        0.5 * residual.pow(2).sum(-1).mean()
+                        + lam_t * z.abs().sum(-1).mean()
+                    )
                     epoch_obj += float(obj) + kappa * float(A.pow(2).sum())
                     epoch_nnz += float((z != 0).to(dt).mean())
                 # Gradient of mean_b 1/2||x - Az||^2 + kappa ||A||_F^2 with respect to A is

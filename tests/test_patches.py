@@ -94,7 +94,7 @@ def test_filter_formula():
 def test_whitening_flattens_spectrum():
     images = load_natural_images(include_skimage=False)
     raw, white = [], []
-    for name, img in images.items():
+    for img in images.values():
         w = whiten_image(img)
         assert w.shape == img.shape
         assert abs(w.mean()) < 1e-8 and abs(w.std() - 1.0) < 1e-8
@@ -133,24 +133,38 @@ def test_train_and_validation_images_disjoint(small):
 
 
 def test_explicit_validation_images():
-    d = whitened_patches(500, seed=3, validation_images=["flower"], include_skimage=False)
+    d = whitened_patches(
+        500, seed=3, validation_images=["flower"], include_skimage=False
+    )
     assert d.image_names_validation == ("flower",) and d.image_names_train == ("china",)
     with pytest.raises(ValueError):
-        whitened_patches(500, validation_images=["no_such_image"], include_skimage=False)
+        whitened_patches(
+            500, validation_images=["no_such_image"], include_skimage=False
+        )
     with pytest.raises(ValueError):
-        whitened_patches(500, validation_images=["china", "flower"], include_skimage=False)
+        whitened_patches(
+            500, validation_images=["china", "flower"], include_skimage=False
+        )
 
 
 def test_patches_really_come_from_their_images():
     # Every validation patch must be a window of a validation image (exact match before
     # standardisation), and of no training image.
-    d = whitened_patches(200, patch_size=8, seed=4, num_validation=20, standardize=None,
-                         include_skimage=False)
+    d = whitened_patches(
+        200,
+        patch_size=8,
+        seed=4,
+        num_validation=20,
+        standardize=None,
+        include_skimage=False,
+    )
     white = {n: w.astype(np.float32) for n, w in P._whitened_images(False, 0.4, 16)}
 
     def found_in(name, patch):
         img = white[name]
-        for r, c in np.argwhere(img[: img.shape[0] - 7, : img.shape[1] - 7] == patch[0]):
+        for r, c in np.argwhere(
+            img[: img.shape[0] - 7, : img.shape[1] - 7] == patch[0]
+        ):
             if np.array_equal(img[r : r + 8, c : c + 8].ravel(), patch):
                 return True
         return False
@@ -168,7 +182,10 @@ def test_skimage_images_are_used_and_offline():
     assert "camera" in names and "astronaut" in names
     images = load_natural_images()
     assert set(names) <= set(images)
-    assert all(img.ndim == 2 and 0.0 <= img.min() and img.max() <= 1.0 for img in images.values())
+    assert all(
+        img.ndim == 2 and 0.0 <= img.min() and img.max() <= 1.0
+        for img in images.values()
+    )
 
 
 def test_works_without_skimage(monkeypatch):

@@ -52,17 +52,23 @@ def test_objective_matches_formula():
     Z = np.random.default_rng(1).normal(size=(3, 8))
     lam = 0.7
     expected = 0.5 * ((X - Z @ A.T) ** 2).sum(1) + lam * np.abs(Z).sum(1)
-    got = sparse_coding_objective(torch.tensor(X), torch.tensor(A), torch.tensor(Z), lam)
+    got = sparse_coding_objective(
+        torch.tensor(X), torch.tensor(A), torch.tensor(Z), lam
+    )
     assert got.shape == (3,)
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
     # single point -> scalar
-    one = sparse_coding_objective(torch.tensor(X[0]), torch.tensor(A), torch.tensor(Z[0]), lam)
+    one = sparse_coding_objective(
+        torch.tensor(X[0]), torch.tensor(A), torch.tensor(Z[0]), lam
+    )
     assert one.ndim == 0 and np.isclose(float(one), expected[0])
 
 
 def test_soft_threshold_and_lipschitz():
     v = torch.tensor([-2.0, -0.5, 0.0, 0.3, 1.5])
-    np.testing.assert_allclose(soft_threshold(v, 0.5).numpy(), [-1.5, 0.0, 0.0, 0.0, 1.0])
+    np.testing.assert_allclose(
+        soft_threshold(v, 0.5).numpy(), [-1.5, 0.0, 0.0, 0.0, 1.0]
+    )
     A, _ = _problem(10, 25)
     L = float(lipschitz_constant(torch.tensor(A)))
     assert np.isclose(L, np.linalg.norm(A, 2) ** 2, rtol=1e-10)
@@ -75,8 +81,14 @@ def test_soft_threshold_and_lipschitz():
 def test_fista_matches_sklearn_lasso(D, K, lam):
     A, X = _problem(D, K, N=4, seed=D + K)
     ref = _sklearn_codes(A, X, lam)
-    res = fista(torch.tensor(X), torch.tensor(A), lam, num_iterations=20_000, tol=1e-10,
-                return_info=True)
+    res = fista(
+        torch.tensor(X),
+        torch.tensor(A),
+        lam,
+        num_iterations=20_000,
+        tol=1e-10,
+        return_info=True,
+    )
     assert isinstance(res, FistaResult) and res.converged
     Z = res.codes.numpy()
     assert Z.shape == (4, K)
@@ -93,8 +105,13 @@ def test_fista_matches_sklearn_lasso(D, K, lam):
 def test_fista_float32_close_to_float64():
     A, X = _problem(30, 20, N=6, seed=3)
     z64 = fista(torch.tensor(X), torch.tensor(A), 0.3, num_iterations=5000, tol=1e-9)
-    z32 = fista(torch.tensor(X, dtype=torch.float32), torch.tensor(A, dtype=torch.float32), 0.3,
-                num_iterations=5000, tol=1e-6)
+    z32 = fista(
+        torch.tensor(X, dtype=torch.float32),
+        torch.tensor(A, dtype=torch.float32),
+        0.3,
+        num_iterations=5000,
+        tol=1e-6,
+    )
     assert z32.dtype == torch.float32 and z64.dtype == torch.float64
     np.testing.assert_allclose(z32.numpy(), z64.numpy(), atol=1e-4)
 
@@ -105,8 +122,12 @@ def test_objective_decreases_to_optimum():
     # gap to the optimum shrinks by orders of magnitude.
     A, X = _problem(20, 40, N=5, seed=7)
     At, Xt, lam = torch.tensor(A), torch.tensor(X), 0.2
-    opt = sparse_coding_objective(Xt, At, torch.tensor(_sklearn_codes(A, X, lam)), lam).sum()
-    start = sparse_coding_objective(Xt, At, torch.zeros(5, 40, dtype=torch.float64), lam).sum()
+    opt = sparse_coding_objective(
+        Xt, At, torch.tensor(_sklearn_codes(A, X, lam)), lam
+    ).sum()
+    start = sparse_coding_objective(
+        Xt, At, torch.zeros(5, 40, dtype=torch.float64), lam
+    ).sum()
     values = []
     for k in [1, 2, 5, 10, 20, 50, 100, 200, 500, 2000]:
         Z = fista(Xt, At, lam, num_iterations=k, tol=0)
@@ -126,13 +147,19 @@ def test_batched_equals_per_row():
     At, Xt = torch.tensor(A), torch.tensor(X)
     lam = 0.15
     batched = fista(Xt, At, lam, num_iterations=300, tol=0)
-    rows = torch.stack([fista(Xt[i], At, lam, num_iterations=300, tol=0) for i in range(7)])
+    rows = torch.stack(
+        [fista(Xt[i], At, lam, num_iterations=300, tol=0) for i in range(7)]
+    )
     assert rows.shape == batched.shape == (7, 30)
     np.testing.assert_allclose(batched.numpy(), rows.numpy(), atol=1e-12)
     # with a tolerance, the batched solve stops when every row has converged
     b2 = fista(Xt, At, lam, num_iterations=20_000, tol=1e-10)
-    r2 = torch.stack([fista(Xt[i : i + 1], At, lam, num_iterations=20_000, tol=1e-10)[0]
-                      for i in range(7)])
+    r2 = torch.stack(
+        [
+            fista(Xt[i : i + 1], At, lam, num_iterations=20_000, tol=1e-10)[0]
+            for i in range(7)
+        ]
+    )
     np.testing.assert_allclose(b2.numpy(), r2.numpy(), atol=1e-5)
 
 
@@ -140,7 +167,9 @@ def test_lambda_zero_orthonormal_is_least_squares():
     rng = np.random.default_rng(5)
     Q, _ = np.linalg.qr(rng.normal(size=(20, 12)))  # orthonormal columns, D > K
     X = rng.normal(size=(6, 20))
-    Z = fista(torch.tensor(X), torch.tensor(Q), 0.0, num_iterations=50, tol=1e-12).numpy()
+    Z = fista(
+        torch.tensor(X), torch.tensor(Q), 0.0, num_iterations=50, tol=1e-12
+    ).numpy()
     ls = np.linalg.lstsq(Q, X.T, rcond=None)[0].T
     np.testing.assert_allclose(Z, ls, atol=1e-10)
     np.testing.assert_allclose(Z, X @ Q, atol=1e-10)  # = A^T x for orthonormal A
@@ -165,7 +194,9 @@ def test_warmup_reaches_same_optimum():
     At, Xt, lam = torch.tensor(A), torch.tensor(X), 0.25
     ref = _sklearn_codes(A, X, lam)
     plain = fista(Xt, At, lam, num_iterations=20_000, tol=1e-10)
-    warm = fista(Xt, At, lam, num_iterations=20_000, tol=1e-10, warmup=100, return_info=True)
+    warm = fista(
+        Xt, At, lam, num_iterations=20_000, tol=1e-10, warmup=100, return_info=True
+    )
     assert warm.converged
     np.testing.assert_allclose(warm.codes.numpy(), plain.numpy(), atol=1e-6)
     np.testing.assert_allclose(warm.codes.numpy(), ref, atol=1e-4)
@@ -216,7 +247,9 @@ def test_input_validation_and_zero_dictionary():
 def test_fista_on_cuda_matches_cpu():
     A, X = _problem(64, 128, N=50, seed=19)
     cpu = fista(torch.tensor(X), torch.tensor(A), 0.1, num_iterations=400, tol=0)
-    gpu = fista(torch.tensor(X).cuda(), torch.tensor(A).cuda(), 0.1, num_iterations=400, tol=0)
+    gpu = fista(
+        torch.tensor(X).cuda(), torch.tensor(A).cuda(), 0.1, num_iterations=400, tol=0
+    )
     assert gpu.device.type == "cuda"
     np.testing.assert_allclose(gpu.cpu().numpy(), cpu.numpy(), atol=1e-9)
 
@@ -238,9 +271,20 @@ def _synthetic_sparse_data(n=600, d=16, k=24, active=3, seed=0):
 def test_learn_dictionary_reduces_objective():
     X, _ = _synthetic_sparse_data()
     lam = 0.3
-    res = learn_dictionary(X, 24, lam, kappa=1e-3, num_epochs=5, batch_size=50, lr=0.5,
-                           warmup=False, fista_iterations=200, fista_tol=1e-4, seed=0,
-                           return_history=True)
+    res = learn_dictionary(
+        X,
+        24,
+        lam,
+        kappa=1e-3,
+        num_epochs=5,
+        batch_size=50,
+        lr=0.5,
+        warmup=False,
+        fista_iterations=200,
+        fista_tol=1e-4,
+        seed=0,
+        return_history=True,
+    )
     A = res.dictionary
     assert A.shape == (16, 24) and A.dtype == torch.float32
     assert res.steps == 5 * 12
@@ -248,18 +292,39 @@ def test_learn_dictionary_reduces_objective():
     assert obj[-1] < 0.8 * obj[0]
     # compared with the (unit-norm Gaussian) initial dictionary on the full data
     A0 = learn_dictionary(X, 24, lam, num_epochs=0, seed=0)
-    f = lambda D: float(sparse_coding_objective(X, D, fista(X, D, lam, 300, 1e-4), lam).mean())
+    f = lambda D: float(
+        sparse_coding_objective(X, D, fista(X, D, lam, 300, 1e-4), lam).mean()
+    )
     assert f(A) < 0.8 * f(A0)
     # deterministic for a seed
-    again = learn_dictionary(X, 24, lam, kappa=1e-3, num_epochs=5, batch_size=50, lr=0.5,
-                             warmup=False, fista_iterations=200, fista_tol=1e-4, seed=0)
+    again = learn_dictionary(
+        X,
+        24,
+        lam,
+        kappa=1e-3,
+        num_epochs=5,
+        batch_size=50,
+        lr=0.5,
+        warmup=False,
+        fista_iterations=200,
+        fista_tol=1e-4,
+        seed=0,
+    )
     assert torch.equal(A, again)
 
 
 def test_learn_dictionary_unit_norm_option():
     X, _ = _synthetic_sparse_data(n=200)
-    A = learn_dictionary(X, 24, 0.3, kappa=0.0, num_epochs=2, batch_size=50,
-                         normalize_columns=True, fista_iterations=100)
+    A = learn_dictionary(
+        X,
+        24,
+        0.3,
+        kappa=0.0,
+        num_epochs=2,
+        batch_size=50,
+        normalize_columns=True,
+        fista_iterations=100,
+    )
     np.testing.assert_allclose(A.norm(dim=0).numpy(), 1.0, atol=1e-5)
 
 
@@ -270,8 +335,16 @@ def test_warmup_prevents_dictionary_collapse():
     # and the atoms grow instead.
     X, _ = _synthetic_sparse_data(n=300, seed=1)
     lam = 1.05 * float(X.norm(dim=1).max())  # above every |a^T x| for unit-norm atoms a
-    kw = dict(kappa=1e-2, num_epochs=5, batch_size=50, lr=0.5, fista_iterations=100, seed=0,
-              warmup_increment=0.0, return_history=True)
+    kw = {
+        "kappa": 1e-2,
+        "num_epochs": 5,
+        "batch_size": 50,
+        "lr": 0.5,
+        "fista_iterations": 100,
+        "seed": 0,
+        "warmup_increment": 0.0,
+        "return_history": True,
+    }
     cold = learn_dictionary(X, 24, lam, warmup=False, **kw)
     warm = learn_dictionary(X, 24, lam, warmup=True, **kw)
     assert max(cold.code_density) == 0.0
