@@ -6,10 +6,8 @@ import torch
 from pyro import poutine
 from pyro_sparse.guides.amortized import AmortizedGuide
 
-from pyro_sparse.distributions import ThresholdedLaplace, ThresholdedNormal
+from pyro_sparse.distributions.thresholded import code_distribution
 from pyro_sparse.handlers import data_plate
-
-BASES = {"laplace": ThresholdedLaplace, "gaussian": ThresholdedNormal}
 
 
 class ThresholdedGuide(AmortizedGuide):
@@ -43,12 +41,16 @@ class ThresholdedGuide(AmortizedGuide):
         straight_through=True,
         scale_warmup_start=0.1,
         scale_warmup_rate=2e-4,
+        network="mlp",
     ):
         outputs = 4 if learn_threshold else 2
-        super().__init__(num_features, latent_dim, outputs, hidden_dims, point_estimates, log1p_input, kl_weight)
+        super().__init__(
+            num_features, latent_dim, outputs, hidden_dims, point_estimates, log1p_input, kl_weight, network
+        )
         if not 0 < scale_warmup_start <= 1 or scale_warmup_rate < 0:
             raise ValueError("need 0 < scale_warmup_start <= 1 and scale_warmup_rate >= 0")
-        self.base, self.threshold, self.learn_threshold = base, float(threshold), bool(learn_threshold)
+        self.base, self.learn_threshold = base, bool(learn_threshold)
+        self.threshold = None if threshold is None else float(threshold)
         self.threshold_kl_weight, self.straight_through = float(threshold_kl_weight), bool(straight_through)
         self.scale_warmup_start, self.scale_warmup_rate = float(scale_warmup_start), float(scale_warmup_rate)
         # A buffer, so a fitted or loaded guide evaluates with the value its
@@ -71,11 +73,14 @@ class ThresholdedGuide(AmortizedGuide):
         return loc, scale, threshold_posterior
 
     def _codes(self, loc, scale, threshold):
-        return BASES[self.base](loc, scale, threshold, straight_through=self.straight_through)
+        return code_distribution(self.base, loc, scale, threshold, self.straight_through)
+
+    def _fixed_threshold(self, loc):
+        return None if self.threshold is None else torch.full_like(loc, self.threshold)
 
     def posterior(self, x):
         loc, scale, threshold_posterior = self._encode(x)
-        threshold = torch.full_like(loc, self.threshold) if threshold_posterior is None else threshold_posterior.mean
+        threshold = self._fixed_threshold(loc) if threshold_posterior is None else threshold_posterior.mean
         return self._codes(loc, scale, threshold).to_event(1)
 
     def forward(self, x, num_data=None):
@@ -84,7 +89,7 @@ class ThresholdedGuide(AmortizedGuide):
             pyro.sample(name, dist.Delta(value, event_dim=value.dim()))
         with data_plate(x, num_data):
             loc, scale, threshold_posterior = self._encode(x)
-            threshold = torch.full_like(loc, self.threshold)
+            threshold = self._fixed_threshold(loc)
             if threshold_posterior is not None:
                 with poutine.scale(scale=self.threshold_kl_weight):
                     threshold = pyro.sample("threshold", threshold_posterior.to_event(1))

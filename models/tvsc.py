@@ -9,12 +9,10 @@ from pyro import poutine
 from torch import nn
 from torch.distributions import constraints
 
-from pyro_sparse.distributions import ThresholdedLaplace, ThresholdedNormal
+from pyro_sparse.distributions.thresholded import code_distribution
 from pyro_sparse.handlers import data_plate
 from pyro_sparse.likelihoods import check_likelihood, observation
-from pyro_sparse.nn import DenseDecoder
-
-BASES = {"laplace": ThresholdedLaplace, "gaussian": ThresholdedNormal}
+from pyro_sparse.nn import ConvDecoder28, DenseDecoder
 
 
 class TVSC(nn.Module):
@@ -41,13 +39,16 @@ class TVSC(nn.Module):
 
     :param str base: ``"laplace"`` or ``"gaussian"``.
     :param float threshold: λ0 (the paper uses 0.25 for Laplace and 0.52 for
-        Gaussian bases with unit prior scale, ~10% non-zero codes).
+        Gaussian bases with unit prior scale, ~10% non-zero codes); ``None``
+        for no threshold: the plain Laplacian / Gaussian priors of the paper's
+        comparisons.
     :param bool learn_threshold: infer λ per data point and dimension.
     :param float threshold_concentration: α0 of the Gamma prior on λ.
     :param float prior_scale: b0 (Laplace) or σ0 (Gaussian) of the base prior.
     :param float beta: β1, weight of the base KL.
     :param float threshold_beta: β2, weight of the threshold KL.
-    :param str decoder: ``"mlp"`` or ``"linear"``.
+    :param str decoder: ``"mlp"``, ``"linear"`` or ``"conv"`` (the encoder and
+        generator of the paper's Table 5, for 28x28 images).
     :param float dictionary_penalty: κ of the linear decoder's Frobenius penalty.
     :param float noise_variance: σ² of the Gaussian likelihood; ``train``
         sets it to half the mean feature variance (Eq. 12's 1/2 for
@@ -72,12 +73,15 @@ class TVSC(nn.Module):
         noise_variance=None,
     ):
         super().__init__()
-        if base not in BASES:
-            raise ValueError(f"base must be one of {sorted(BASES)}, got {base!r}")
-        if decoder not in ("mlp", "linear"):
-            raise ValueError(f"decoder must be 'mlp' or 'linear', got {decoder!r}")
+        if base not in ("laplace", "gaussian"):
+            raise ValueError(f"base must be 'laplace' or 'gaussian', got {base!r}")
+        if threshold is None and learn_threshold:
+            raise ValueError("learn_threshold needs a threshold λ0 for its Gamma prior")
+        if decoder not in ("mlp", "linear", "conv"):
+            raise ValueError(f"decoder must be 'mlp', 'linear' or 'conv', got {decoder!r}")
         noise_variance = 0.5 if noise_variance is None else noise_variance
-        for name, value in [("threshold", threshold), ("prior_scale", prior_scale), ("beta", beta),
+        for name, value in [("threshold", 1.0 if threshold is None else threshold),
+                            ("prior_scale", prior_scale), ("beta", beta),
                             ("threshold_beta", threshold_beta), ("noise_variance", noise_variance),
                             ("threshold_concentration", threshold_concentration)]:
             if not value > 0:
@@ -85,13 +89,19 @@ class TVSC(nn.Module):
         self.num_features, self.latent_dim = num_features, latent_dim
         self.likelihood = check_likelihood(likelihood)
         self.hidden_dims = tuple(hidden_dims)
-        self.base, self.threshold, self.learn_threshold = base, float(threshold), bool(learn_threshold)
+        self.base, self.learn_threshold = base, bool(learn_threshold)
+        self.threshold = None if threshold is None else float(threshold)
         self.threshold_concentration, self.prior_scale = float(threshold_concentration), float(prior_scale)
         self.beta, self.threshold_beta = float(beta), float(threshold_beta)
         self.decoder_kind, self.dictionary_penalty = decoder, float(dictionary_penalty)
         self.noise_variance = float(noise_variance)
-        # The linear generator's A is a global site; the MLP is a network.
-        self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims) if decoder == "mlp" else None
+        # The linear generator's A is a global site; the MLP and conv ones are networks.
+        if decoder == "mlp":
+            self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
+        elif decoder == "conv":
+            self.decoder = ConvDecoder28(num_features, latent_dim)
+        else:
+            self.decoder = None
         self.site_priors = nn.ModuleDict()
 
     def guide_options(self):
@@ -102,6 +112,7 @@ class TVSC(nn.Module):
             "threshold": self.threshold,
             "learn_threshold": self.learn_threshold,
             "threshold_kl_weight": self.threshold_beta,
+            "network": "conv" if self.decoder_kind == "conv" else "mlp",
         }
 
     def point_estimate_sites(self, feature_variances):
@@ -126,13 +137,13 @@ class TVSC(nn.Module):
                 "A", dist.Normal(x.new_zeros(()), scale).expand([self.num_features, self.latent_dim]).to_event(2)
             )
         with data_plate(x, num_data):
-            threshold = x.new_full((self.latent_dim,), self.threshold)
+            threshold = None if self.threshold is None else x.new_full((self.latent_dim,), self.threshold)
             if self.learn_threshold:
                 rate = self.threshold_concentration / self.threshold
                 prior = dist.Gamma(x.new_full((self.latent_dim,), self.threshold_concentration), rate)
                 with poutine.scale(scale=self.threshold_beta):
                     threshold = pyro.sample("threshold", prior.to_event(1))
-            prior = BASES[self.base](x.new_zeros(self.latent_dim), self.prior_scale, threshold)
+            prior = code_distribution(self.base, x.new_zeros(self.latent_dim), self.prior_scale, threshold)
             with poutine.scale(scale=self.beta):
                 z = pyro.sample("z", prior.to_event(1))
             output = self.generator_output(z, dictionary)

@@ -60,7 +60,7 @@ def get_entry(name):
 # Arguments that build() supplies itself rather than the user.
 _SUPPLIED = {
     "self", "num_features", "latent_dim", "likelihood",
-    "hidden_dims", "point_estimates", "log1p_input", "kl_weight", "threshold_kl_weight",
+    "hidden_dims", "point_estimates", "log1p_input", "kl_weight", "threshold_kl_weight", "network",
 }
 
 

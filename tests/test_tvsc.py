@@ -99,8 +99,30 @@ def test_linear_decoder_is_a_dictionary_with_a_frobenius_prior(digits):
 def test_bad_tvsc_settings_are_named(digits):
     for options, message in [
         (dict(base="cauchy"), "base"),
-        (dict(decoder="conv"), "decoder"),
+        (dict(decoder="conv"), "28x28 images"),
+        (dict(decoder="transformer"), "decoder"),
         (dict(threshold=0.0), "threshold"),
     ]:
         with pytest.raises(ValueError, match=message):
             pyro_sparse.train("tvsc", digits, **QUICK, **options)
+
+
+def test_conv_networks_of_table_5_on_28x28_images():
+    X = np.random.default_rng(0).random((64, 784)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    fitted = pyro_sparse.train("tvsc", X, decoder="conv", num_particles=2, particle_reduction="max", **QUICK)
+    assert np.isfinite(fitted.history_["train_loss"]).all()
+    assert type(fitted.guide.encoder).__name__ == "ConvEncoder28"
+    assert fitted.reconstruct(X[:5]).shape == (5, 784)
+    assert fitted.transform(X[:5]).shape == (5, 8)
+
+
+@pytest.mark.parametrize("base, family", [("laplace", "Laplace"), ("gaussian", "Normal")])
+def test_no_threshold_gives_the_plain_base_priors(digits, base, family):
+    fitted = pyro_sparse.train("tvsc", digits, base=base, threshold=None, **QUICK)
+    posterior = fitted.guide.posterior(torch.as_tensor(digits[:5])).base_dist
+    assert type(posterior).__name__ == family
+    assert (fitted.transform(digits[:5]) != 0).all()  # dense codes
+    assert np.isfinite(fitted.heldout_log_likelihood(digits[:10], 4)).all()
+    with pytest.raises(ValueError, match="learn_threshold"):
+        pyro_sparse.train("tvsc", digits, threshold=None, learn_threshold=True, **QUICK)

@@ -50,6 +50,7 @@ give one cheaply).
 
 import math
 
+import pyro.distributions
 import torch
 from pyro.distributions import TorchDistribution
 from torch.distributions import Laplace, Normal, constraints
@@ -371,3 +372,25 @@ def thresholded_laplace_kl(q, p):
         torch.zeros_like(ratio_q),
     )
     return gate_q * kl_slab + kl_gate + kl_spike
+
+
+# Pyro's wrappers of the plain bases (they have ``.to_event``), same KLs as torch's.
+_BASES = {
+    "laplace": (ThresholdedLaplace, pyro.distributions.Laplace),
+    "gaussian": (ThresholdedNormal, pyro.distributions.Normal),
+}
+
+
+def code_distribution(base, loc, scale, threshold=None, straight_through=True):
+    """
+    The code distribution of thresholded VSC for a base family (``"laplace"``
+    or ``"gaussian"``): the base through the shifted soft-threshold, or, with
+    ``threshold=None``, the plain base (the Laplacian / Gaussian priors the
+    paper compares against).
+    """
+    if base not in _BASES:
+        raise ValueError(f"base must be one of {sorted(_BASES)}, got {base!r}")
+    thresholded, plain = _BASES[base]
+    if threshold is None:
+        return plain(loc, scale)
+    return thresholded(loc, scale, threshold, straight_through=straight_through)
