@@ -16,7 +16,8 @@ class AmortizedGuide(nn.Module):
     A guide with an encoder network for the local code z_i of each data point
     and Delta (point-mass) guides for the model's global sites, so those are
     MAP-estimated.  Subclasses define ``posterior(x)``: the distribution
-    q_φ(z | x) with event shape ``(K,)``.
+    q_φ(z | x) with event shape ``(K,)``, and may override ``sample_local`` when
+    a data point has more latent sites than z.
 
     :param int num_features: G.
     :param int latent_dim: K.
@@ -72,9 +73,14 @@ class AmortizedGuide(nn.Module):
     def posterior(self, x):
         raise NotImplementedError
 
+    def sample_local(self, x):
+        """The data-plate sites of one minibatch; by default the code z ~ q(z | x)."""
+        with poutine.scale(scale=self.kl_weight):
+            pyro.sample("z", self.posterior(x))
+
     def forward(self, x, num_data=None):
         for name in self.unconstrained:
             value = self.point_estimate(name)
             pyro.sample(name, dist.Delta(value, event_dim=value.dim()))
-        with data_plate(x, num_data), poutine.scale(scale=self.kl_weight):
-            pyro.sample("z", self.posterior(x))
+        with data_plate(x, num_data):
+            self.sample_local(x)

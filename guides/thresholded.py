@@ -7,7 +7,6 @@ from pyro import poutine
 from pyro_sparse.guides.amortized import AmortizedGuide
 
 from pyro_sparse.distributions.thresholded import code_distribution
-from pyro_sparse.handlers import data_plate
 
 
 class ThresholdedGuide(AmortizedGuide):
@@ -83,15 +82,11 @@ class ThresholdedGuide(AmortizedGuide):
         threshold = self._fixed_threshold(loc) if threshold_posterior is None else threshold_posterior.mean
         return self._codes(loc, scale, threshold).to_event(1)
 
-    def forward(self, x, num_data=None):
-        for name in self.unconstrained:
-            value = self.point_estimate(name)
-            pyro.sample(name, dist.Delta(value, event_dim=value.dim()))
-        with data_plate(x, num_data):
-            loc, scale, threshold_posterior = self._encode(x)
-            threshold = self._fixed_threshold(loc)
-            if threshold_posterior is not None:
-                with poutine.scale(scale=self.threshold_kl_weight):
-                    threshold = pyro.sample("threshold", threshold_posterior.to_event(1))
-            with poutine.scale(scale=self.kl_weight):
-                pyro.sample("z", self._codes(loc, scale, threshold).to_event(1))
+    def sample_local(self, x):
+        loc, scale, threshold_posterior = self._encode(x)
+        threshold = self._fixed_threshold(loc)
+        if threshold_posterior is not None:
+            with poutine.scale(scale=self.threshold_kl_weight):
+                threshold = pyro.sample("threshold", threshold_posterior.to_event(1))
+        with poutine.scale(scale=self.kl_weight):
+            pyro.sample("z", self._codes(loc, scale, threshold).to_event(1))
