@@ -15,7 +15,10 @@ experiments, on data that ship with this machine.
    single-draw log weights) and the heldout NLL (importance-weighted log p(x),
    ``--iw-samples`` draws, on at most ``--max-test`` test points).
    The paper's claim: VSC accuracy stays stable as the latent size grows,
-   where the VAE's degrades past its best size.
+   where the VAE's degrades past its best size.  The VSC test -ELBO is
+   heavy-tailed: unused latents keep γ ≈ α with slabs far from the prior, so
+   a rare hard draw that switches one on can cost thousands of nats for one
+   test point; the importance-weighted NLL is much less affected.
 2. Supplement Fig. 8 / Fig. 10 / Fig. 11 (``--parts alpha``): VSC at a fixed
    latent size (default 200) and α ∈ {0.01 … 0.8}: test -ELBO and NLL,
    accuracy, and the aggregate posterior sparsity: mean γ (the expected share

@@ -37,6 +37,7 @@ class VAE(nn.Module):
         noise="global",
         noise_nu=3.0,
         noise_xi=1.0,
+        min_noise_variance=1e-3,
     ):
         super().__init__()
         if not beta > 0:
@@ -50,7 +51,7 @@ class VAE(nn.Module):
         self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         if self.heteroscedastic:
-            self.decoder = HeteroscedasticDecoder(num_features, latent_dim, hidden_dims)
+            self.decoder = HeteroscedasticDecoder(num_features, latent_dim, hidden_dims, min_noise_variance)
         else:
             self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
         self.site_priors = nn.ModuleDict()

@@ -62,8 +62,10 @@ class VSC(nn.Module):
         selection_threshold=0.5,
     ):
         super().__init__()
-        if not 0 < alpha <= 1:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        if not 0 < alpha < 1:
+            # α = 1 is the VAE limit, but then the spike term (1-γ)log((1-γ)/(1-α))
+            # of the KL is infinite for any posterior with γ < 1: use model="vae".
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}; for alpha = 1 use model='vae'")
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
         self.num_features, self.latent_dim = num_features, latent_dim

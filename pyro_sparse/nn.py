@@ -166,9 +166,10 @@ class HeteroscedasticDecoder(nn.Module):
     """
     An MLP from K latents to a mean and a variance per feature and data point
     (Tonolini et al., supplement A.1: the likelihood network outputs μ and
-    log σ²).  The log-variance is clipped and floored at ``min_variance`` (in
-    standardised units) so that a feature that is constant in a region of
-    the data cannot drive the likelihood to infinity.
+    log σ²).  The log-variance is clipped, and ``min_variance`` times the
+    *average* feature variance is added, one floor for all features, so that a
+    feature that is (nearly) constant in the training data cannot drive the
+    likelihood to ± infinity on new data.
     """
 
     def __init__(self, num_features, latent_dim, hidden_dims, min_variance=1e-3):
@@ -179,8 +180,9 @@ class HeteroscedasticDecoder(nn.Module):
 
     def forward(self, z):
         raw_loc, log_variance = self.net(z).chunk(2, dim=-1)
-        variance = log_variance.clamp(-20.0, 20.0).exp() + self.min_variance
-        return self.output_affine(raw_loc), variance * self.output_affine.scale**2
+        scale_squared = self.output_affine.scale**2
+        variance = log_variance.clamp(-20.0, 20.0).exp() * scale_squared + self.min_variance * scale_squared.mean()
+        return self.output_affine(raw_loc), variance
 
 
 def _check_image_28(num_features):

@@ -123,9 +123,12 @@ def build(name, summary, latent_dim, likelihood, hyper):
         model.attach_recognition(guide)
     if likelihood == "gaussian":
         # Networks see standardised features; the likelihood stays in data units.
-        # A constant feature keeps unit scale (nothing to standardise).
+        # Scales are floored at a tenth of the median feature sd: a nearly
+        # constant feature (an image border pixel) would otherwise blow up the
+        # encoder's inputs and shrink a decoder's variance floor to nothing.
         scale = np.sqrt(summary.feature_variances)
-        scale[scale == 0] = 1.0
+        positive = scale[scale > 0]
+        scale = np.maximum(scale, 0.1 * np.median(positive) if positive.size else 1.0)
         guide.input_affine.set(summary.feature_means, scale)
         output_affine = getattr(getattr(model, "decoder", None), "output_affine", None)
         if output_affine is not None:

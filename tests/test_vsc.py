@@ -159,3 +159,18 @@ def test_pseudo_input_model_round_trips_through_a_file(digits, tmp_path):
     torch.manual_seed(0)
     b = fitted.heldout_log_likelihood(digits[:10], 4)
     np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+def test_near_constant_pixels_do_not_break_the_likelihood():
+    # Digits have border pixels that are (nearly) constant in training; a test
+    # image that differs there must not score ±1e5 nats.
+    X = load_digits_images().X
+    fitted = pyro_sparse.train("vsc", X[:1200], alpha=0.05, **{**QUICK, "max_epochs": 10})
+    ll = fitted.heldout_log_likelihood(X[1200:1500], 10)
+    assert np.isfinite(ll).all()
+    assert np.median(ll) - ll.min() < 2000, (np.median(ll), ll.min())
+
+
+def test_alpha_one_is_refused_with_the_alternative():
+    with pytest.raises(ValueError, match="model='vae'"):
+        pyro_sparse.train("vsc", np.random.default_rng(0).normal(size=(50, 4)), alpha=1.0, **QUICK)
