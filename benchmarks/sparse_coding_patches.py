@@ -341,19 +341,20 @@ def kl_per_dim(fitted, X, prior_family, prior_scale, batch=1000):
 
 
 def posterior_stats(fitted, X, batch=1000):
-    gates, thresholds, scales = [], [], []
+    gates, thresholds, scales, locs = [], [], [], []
     with torch.no_grad():
         for start in range(0, X.shape[0], batch):
             q = fitted.guide.posterior(torch.as_tensor(X[start:start + batch]))
             if isinstance(q, Independent):
                 q = q.base_dist
             scales.append(float(q.scale.mean()) if hasattr(q, "scale") else float("nan"))
+            locs.append(float(q.loc.abs().mean()) if hasattr(q, "loc") else float("nan"))
             if hasattr(q, "gate"):
                 gates.append(float(q.gate.mean()))
                 thresholds.append(float(q.threshold.mean()))
     return dict(mean_gate=float(np.mean(gates)) if gates else None,
                 mean_threshold=float(np.mean(thresholds)) if thresholds else None,
-                mean_posterior_scale=float(np.mean(scales)))
+                mean_posterior_scale=float(np.mean(scales)), mean_abs_loc=float(np.mean(locs)))
 
 
 def gradient_snrs(fitted, X, J, reduction, vectorize, draws, max_encoder_params, seed):
@@ -379,7 +380,16 @@ def gradient_snrs(fitted, X, J, reduction, vectorize, draws, max_encoder_params,
         dict_grads.append(A.grad.reshape(-1).numpy().copy())
     for p in [*enc, A]:
         p.grad = None
-    return metrics.gradient_snr(np.stack(enc_grads)), metrics.gradient_snr(np.stack(dict_grads))
+    out = {}
+    for name, grads in (("encoder", np.stack(enc_grads)), ("dictionary", np.stack(dict_grads))):
+        varying = grads.std(axis=0) > 0
+        out[f"snr_{name}"] = metrics.gradient_snr(grads)
+        # A parameter whose gradient is the same in every draw (e.g. an unused atom, whose only gradient is
+        # the deterministic Frobenius term) has SNR = inf, which makes the plain mean inf; this one leaves
+        # such parameters out.
+        out[f"snr_{name}_varying"] = metrics.gradient_snr(grads[:, varying]) if varying.any() else float("nan")
+        out[f"snr_{name}_share_constant"] = float(1 - varying.mean())
+    return out
 
 
 def run_variational(args, data, method, J, reduction, straight_through, seed, vectorize, out_dir):
@@ -457,8 +467,8 @@ def run_variational(args, data, method, J, reduction, straight_through, seed, ve
     if args.snr_draws >= 2:
         try:
             ns = min(args.snr_batch, V.shape[0])
-            rec["snr_encoder"], rec["snr_dictionary"] = gradient_snrs(
-                fitted, V[:ns], J, reduction, vectorize, args.snr_draws, args.snr_encoder_params, seed)
+            rec.update(gradient_snrs(
+                fitted, V[:ns], J, reduction, vectorize, args.snr_draws, args.snr_encoder_params, seed))
         except Exception as error:  # noqa: BLE001
             rec["snr_error"] = f"{type(error).__name__}: {error}"
     rec["eval_seconds"] = time.perf_counter() - t1
@@ -491,8 +501,10 @@ def _fmt(x, spec=".3g"):
         return "–"
     if isinstance(x, str):
         return x
-    if not math.isfinite(x):
+    if math.isnan(x):
         return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
     return format(x, spec)
 
 
@@ -547,6 +559,7 @@ def build_markdown(args, config, fista_recs, runs, skipped, caps, ordering, wall
              "column is on the authors' training-loss scale (per-pixel MSE + 0.01·KL), not comparable in value. "
              "Multi-information: KSG on rank-Gaussianised mode codes, nats (paper: another estimator/scale).\n")
     rows = [("fista", {None: fista_recs})]
+    zero = config["zero_code_loss"]
     for method in args.methods:
         rows.append((method, {j: [r for r in runs if r["method"] == method and r["J"] == j
                                   and r["reduction"] == "max" and r["estimator"] == "ST"] for j in js}))
@@ -578,6 +591,7 @@ def build_markdown(args, config, fista_recs, runs, skipped, caps, ordering, wall
             "–" if method == "fista" else j_or_fista(method, by_j, "iwae_loss", ".4g"),
             j_or_fista(method, by_j, "train_seconds", ".0f"),
         ]) + " |")
+    L.append(f"| *all codes z = 0 (reference)* | {_fmt(zero)} | {_fmt(zero)} | – | 0% | 0% | – | – | – |")
     L.append("")
     L.append("Paper (Table 1 / 6, 80k patches, 300 epochs, 3 seeds), J=1 / J=20:\n")
     L.append("| method | val loss | multi-information | IWAE loss (authors' scale) |")
@@ -590,24 +604,25 @@ def build_markdown(args, config, fista_recs, runs, skipped, caps, ordering, wall
     L.append("")
     L.append("### Details per run\n")
     L.append("| run | status | recon ½‖x−Az‖² (mode) | ‖z‖₁ (mode) | mean γ=P(z≠0) | mean λ | mean posterior scale | "
-             "atoms ‖a‖²>0.1 | mean ‖a‖ | MI (sample codes) | train −ELBO/pt final (max, spikes) | eval s |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+             "mean \\|μ\\| | atoms ‖a‖²>0.1 | mean ‖a‖ | MI (sample codes) | train −ELBO/pt final (max; epochs > 10× final) | eval s |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in fista_recs:
-        L.append(f"| {r['key']} | {r['status']} | {_fmt(r['recon_mode'])} | {_fmt(r['l1_mode'])} | – | – | – | "
+        L.append(f"| {r['key']} | {r['status']} | {_fmt(r['recon_mode'])} | {_fmt(r['l1_mode'])} | – | – | – | – | "
                  f"{r['atoms_used']} | {_fmt(r['mean_atom_norm'])} | – | – | {_fmt(r['eval_seconds'], '.0f')} |")
     for r in runs:
         if r["status"] != "ok":
-            L.append(f"| {r['key']} | {r['status']} | | | | | | | | | | |")
+            L.append(f"| {r['key']} | {r['status']} | | | | | | | | | | | |")
             continue
         L.append("| " + " | ".join([
             r["key"], r["status"], _fmt(r["recon_mode"]), _fmt(r["l1_mode"]), _fmt(r.get("mean_gate")),
-            _fmt(r.get("mean_threshold")), _fmt(r.get("mean_posterior_scale")), str(r["atoms_used"]),
+            _fmt(r.get("mean_threshold")), _fmt(r.get("mean_posterior_scale")), _fmt(r.get("mean_abs_loc")),
+            str(r["atoms_used"]),
             _fmt(r["mean_atom_norm"]), _fmt(r.get("multi_information_sample")),
-            f"{_fmt(r['train_loss_final'], '.4g')} ({_fmt(r['train_loss_max'], '.3g')}, {r['train_loss_spikes']})",
+            f"{_fmt(r['train_loss_final'], '.4g')} ({_fmt(r['train_loss_max'], '.3g')}; {r['train_loss_spikes']})",
             _fmt(r.get("eval_seconds"), ".0f"),
         ]) + " |")
     for s in skipped:
-        L.append(f"| {s['key']} | skipped: {s['reason']} | | | | | | | | | | |")
+        L.append(f"| {s['key']} | skipped: {s['reason']} | | | | | | | | | | | |")
     L.append("")
 
     L.append("### Fig. 5: support consistency, max vs mean sampling (Thresholded Laplacian)\n")
@@ -655,12 +670,19 @@ def build_markdown(args, config, fista_recs, runs, skipped, caps, ordering, wall
              f"batch of {args.snr_batch} validation patches, averaged over the dictionary and over "
              f"{args.snr_encoder_params or 'all'} random encoder parameters. Paper: thresholded methods highest, "
              "all sparse priors higher with J=20.\n")
-    L.append(f"| method | encoder SNR ({jtxt}) | dictionary SNR ({jtxt}) |")
-    L.append("|---|---|---|")
+    L.append("\"varying\": the mean over parameters whose gradient differs between draws (the plain mean is inf as soon "
+             "as one parameter has a non-zero gradient that is the same in every draw, e.g. an atom no draw uses, "
+             "which only the Frobenius term moves); \"% constant\": share of such parameters.\n")
+    L.append(f"| method | encoder SNR ({jtxt}) | encoder SNR, varying | encoder % constant | dictionary SNR | "
+             "dictionary SNR, varying | dictionary % constant |")
+    L.append("|---|---|---|---|---|---|---|")
     for method, by_j in rows[1:]:
         if METHODS[method].get("unavailable"):
             continue
-        L.append(f"| {METHODS[method]['label']} | {_pair(by_j, js, 'snr_encoder')} | {_pair(by_j, js, 'snr_dictionary')} |")
+        L.append(f"| {METHODS[method]['label']} | {_pair(by_j, js, 'snr_encoder')} | "
+                 f"{_pair(by_j, js, 'snr_encoder_varying')} | {_pair(by_j, js, 'snr_encoder_share_constant', '.3g', True)} | "
+                 f"{_pair(by_j, js, 'snr_dictionary')} | {_pair(by_j, js, 'snr_dictionary_varying')} | "
+                 f"{_pair(by_j, js, 'snr_dictionary_share_constant', '.3g', True)} |")
     L.append("")
     L.append("### Paper's ordering\n")
     L.append(ordering["text"])
@@ -677,6 +699,9 @@ def build_markdown(args, config, fista_recs, runs, skipped, caps, ordering, wall
     return "\n".join(L)
 
 
+config_zero = []
+
+
 def paper_ordering(args, fista_recs, runs):
     """Is the thresholded Laplacian closest to FISTA, well ahead of the Gaussian and Laplacian priors?"""
     lines = ["Paper (Sec. 4.1.1): on the validation loss (Eq. 10) FISTA is best, the Thresholded Laplacian is the "
@@ -684,6 +709,10 @@ def paper_ordering(args, fista_recs, runs):
              "(1.35e3 and 5.8e2 vs 1.9e2)."]
     verdicts = {}
     fista_val = _agg(fista_recs, "val_loss_mode")[0]
+    zero = config_zero[0] if config_zero else None
+    if zero is not None:
+        lines.append(f"Reference: all-zero codes score {zero:.4g} (½ E‖x‖²); a method above that line reconstructs "
+                     "the validation patches worse than not coding them at all.")
     for j in args.particles:
         for field, name in (("val_loss_mode", "mode codes"), ("val_loss_sample", "sample codes")):
             vals = {}
@@ -727,6 +756,9 @@ def main(argv=None):
                             num_validation=args.num_val)
     print(f"patches: train {data.train.shape} from {data.image_names_train}, validation {data.validation.shape} "
           f"from {data.image_names_validation} ({time.perf_counter() - t:.1f} s)", flush=True)
+    zero_code_loss = objective_parts(data.validation, np.zeros((data.validation.shape[1], args.atoms)),
+                                     np.zeros((data.validation.shape[0], args.atoms)), args.lam)["loss"]
+    config_zero.append(zero_code_loss)
     caps = capabilities(data)
     print("capabilities:", caps, flush=True)
     vectorize = caps["vectorized_particles"]
@@ -736,7 +768,7 @@ def main(argv=None):
 
     config = dict(vars(args))
     config.update(
-        validation_images=list(data.image_names_validation), training_images=list(data.image_names_train),
+        zero_code_loss=zero_code_loss, validation_images=list(data.image_names_validation), training_images=list(data.image_names_train),
         torch=torch.__version__, pyro_sparse=pyro_sparse.__version__, python=platform.python_version(),
         threads=torch.get_num_threads(), machine=platform.machine(), capabilities=caps,
         laplace_prior_scale=args.prior_variance, gaussian_prior_scale=math.sqrt(args.prior_variance),
