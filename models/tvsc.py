@@ -33,8 +33,8 @@ class TVSC(nn.Module):
     distributions, weighted by β1.  With ``learn_threshold`` λ is a local
     latent with a Gamma(α0, α0/λ0) prior (mean λ0; §3.2, Appendix B) and its
     own KL weight β2.  ``decoder="linear"`` is the dictionary model of Eq.
-    11-12: x ≈ A z with the Frobenius penalty κ‖A‖², i.e. a Normal(0, 1/(2κ))
-    prior on A, point-estimated; with the default σ² = 1/2 the likelihood is
+    11-12: x ≈ A z with the Frobenius penalty κ‖A‖² per data point, i.e. a
+    Normal(0, (2κN)^-1/2) prior on A over N data points, point-estimated; with the default σ² = 1/2 the likelihood is
     -‖x - Az‖² + const, Eq. 12.
 
     :param str base: ``"laplace"`` or ``"gaussian"``.
@@ -125,14 +125,17 @@ class TVSC(nn.Module):
 
     def generator_output(self, z, dictionary=None):
         if self.decoder_kind == "linear":
-            return z @ dictionary.T
+            # Inside a vectorised particle plate A is (J, 1, G, K), its 1 aligned
+            # with the data dim of z (J, B, K): a batched matrix-vector product.
+            return (dictionary @ z.unsqueeze(-1)).squeeze(-1)
         return self.decoder(z)
 
     def forward(self, x, num_data=None):
         dictionary = None
         if self.decoder_kind == "linear":
-            # Eq. 11: κ‖A‖² as a Normal(0, (2κ)^-1/2) prior on each entry.
-            scale = (2 * self.dictionary_penalty) ** -0.5
+            # Eq. 11 adds κ‖A‖² to every data point's loss, i.e. N κ ‖A‖² over the
+            # data set: a Normal(0, (2κN)^-1/2) prior on each entry.
+            scale = (2 * self.dictionary_penalty * (num_data or x.shape[0])) ** -0.5
             dictionary = pyro.sample(
                 "A", dist.Normal(x.new_zeros(()), scale).expand([self.num_features, self.latent_dim]).to_event(2)
             )

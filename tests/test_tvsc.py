@@ -89,11 +89,24 @@ def test_linear_decoder_is_a_dictionary_with_a_frobenius_prior(digits):
     x = torch.as_tensor(digits[:5])
     codes = torch.as_tensor(fitted.transform(digits[:5]), dtype=torch.float32)
     torch.testing.assert_close(fitted.model.generator_output(codes, A), codes @ A.T)
-    trace = poutine.trace(fitted.model).get_trace(x)
-    # log N(A; 0, (2κ)^-1/2) = -κ‖A‖² + const
+    trace = poutine.trace(fitted.model).get_trace(x, 500)
+    # Eq. 11's κ‖A‖² per data point: log prior = -N κ ‖A‖² + const over N = 500 points
     a1, a2 = torch.zeros(64, 8), torch.ones(64, 8)
     prior = trace.nodes["A"]["fn"]
-    torch.testing.assert_close(prior.log_prob(a2) - prior.log_prob(a1), torch.tensor(-0.01 * 64 * 8))
+    torch.testing.assert_close(prior.log_prob(a2) - prior.log_prob(a1), torch.tensor(-500 * 0.01 * 64 * 8))
+
+
+def test_linear_dictionary_with_vectorised_particles(digits):
+    fitted = pyro_sparse.train("tvsc", digits, decoder="linear", num_particles=3, particle_reduction="max", **QUICK)
+    assert np.isfinite(fitted.history_["train_loss"]).all()
+    x = torch.as_tensor(digits[:5])
+    trace = poutine.trace(pyro.plate("particles", 3, dim=-2)(fitted.model)).get_trace(x)
+    assert trace.nodes["A"]["value"].shape == (3, 1, 64, 8)
+    assert trace.nodes["x"]["fn"].batch_shape == (3, 5)
+    A = torch.randn(3, 1, 64, 8)
+    z = torch.randn(3, 5, 8)
+    expected = torch.einsum("jgk,jbk->jbg", A[:, 0], z)
+    torch.testing.assert_close(fitted.model.generator_output(z, A), expected)
 
 
 def test_bad_tvsc_settings_are_named(digits):
