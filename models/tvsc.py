@@ -38,13 +38,16 @@ class TVSC(nn.Module):
     -‖x - Az‖² + const, Eq. 12.
 
     :param str base: ``"laplace"`` or ``"gaussian"``.
-    :param float threshold: λ0 (the paper uses 0.25 for Laplace and 0.52 for
-        Gaussian bases with unit prior scale, ~10% non-zero codes); ``None``
-        for no threshold: the plain Laplacian / Gaussian priors of the paper's
-        comparisons.
+    :param float threshold: λ0; the paper (Appendix D) uses 0.25 for the
+        Laplace base and 0.52 for the Gaussian one, which with its prior scales
+        give ~10% non-zero codes a priori (exp(-0.25/0.1) ≈ 0.08;
+        erfc(0.52/(√0.1·√2)) ≈ 0.10).  ``None`` for no threshold: the plain
+        Laplacian / Gaussian priors of the paper's comparisons.
     :param bool learn_threshold: infer λ per data point and dimension.
     :param float threshold_concentration: α0 of the Gamma prior on λ.
-    :param float prior_scale: b0 (Laplace) or σ0 (Gaussian) of the base prior.
+    :param float prior_scale: b0 (Laplace) or σ0 (Gaussian) of the base
+        prior; default the paper's: b0 = 0.1, σ0 = √0.1 (its Gaussian "spread"
+        0.1 is a variance).
     :param float beta: β1, weight of the base KL.
     :param float threshold_beta: β2, weight of the threshold KL.
     :param str decoder: ``"mlp"``, ``"linear"`` or ``"conv"`` (the encoder and
@@ -65,7 +68,7 @@ class TVSC(nn.Module):
         threshold=0.25,
         learn_threshold=False,
         threshold_concentration=3.0,
-        prior_scale=1.0,
+        prior_scale=None,
         beta=1.0,
         threshold_beta=0.1,
         decoder="mlp",
@@ -80,6 +83,8 @@ class TVSC(nn.Module):
         if decoder not in ("mlp", "linear", "conv"):
             raise ValueError(f"decoder must be 'mlp', 'linear' or 'conv', got {decoder!r}")
         noise_variance = 0.5 if noise_variance is None else noise_variance
+        if prior_scale is None:
+            prior_scale = 0.1 if base == "laplace" else math.sqrt(0.1)
         for name, value in [("threshold", 1.0 if threshold is None else threshold),
                             ("prior_scale", prior_scale), ("beta", beta),
                             ("threshold_beta", threshold_beta), ("noise_variance", noise_variance),
