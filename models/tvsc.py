@@ -124,8 +124,7 @@ class TVSC(nn.Module):
         if self.decoder_kind != "linear":
             return {}
         # A small random dictionary: exactly zero would make every code useless.
-        generator = torch.Generator().manual_seed(0)
-        init = torch.randn(self.num_features, self.latent_dim, generator=generator) / math.sqrt(self.latent_dim)
+        init = torch.randn(self.num_features, self.latent_dim) / math.sqrt(self.latent_dim)
         return {"A": (init, constraints.real)}
 
     def generator_output(self, z, dictionary=None):

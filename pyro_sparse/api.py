@@ -74,16 +74,16 @@ class FittedModel:
             [getattr(self.guide.posterior(x), kind).cpu().numpy() for x in self._batches(X)]
         )
 
+    def _gates(self, x):
+        posterior = self.guide.posterior(x).base_dist
+        if not hasattr(posterior, "gate"):
+            raise AttributeError(f"model {self.config['model']!r} has no spike-and-slab codes")
+        return posterior.gate
+
     @torch.no_grad()
     def spike_probabilities(self, X):
         """For spike-and-slab codes, the probability γ_ij that code j of x_i is non-zero, (N, K)."""
-        gates = []
-        for x in self._batches(X):
-            posterior = self.guide.posterior(x).base_dist
-            if not hasattr(posterior, "gate"):
-                raise AttributeError(f"model {self.config['model']!r} has no spike-and-slab codes")
-            gates.append(posterior.gate.cpu().numpy())
-        return np.concatenate(gates)
+        return np.concatenate([self._gates(x).cpu().numpy() for x in self._batches(X)])
 
     @torch.no_grad()
     def conditional_samples(self, X, num_samples=1):
@@ -95,9 +95,9 @@ class FittedModel:
         """
         samples = []
         for x in self._batches(X):
-            active = torch.as_tensor(self.spike_probabilities(x.cpu().numpy()) > 0.5, device=x.device)
+            active = self._gates(x) > 0.5
             draws = [
-                expected_observation(self.model, self.guide, x, torch.randn(active.shape, device=x.device) * active)
+                expected_observation(self.model, self.guide, x, torch.randn_like(active, dtype=x.dtype) * active)
                 for _ in range(num_samples)
             ]
             samples.append(torch.stack(draws).cpu().numpy())

@@ -61,13 +61,12 @@ def check_values(matrix, likelihood, name="data"):
         raise DataError(f"{name} has values outside {{0, 1}}; the bernoulli likelihood needs binary data")
 
 
-def check_constant_features(summary, likelihood, names=None):
+def check_constant_features(summary):
     """The Gaussian noise prior is calibrated from feature variances (Appendix C.2): none may be 0."""
     constant = np.flatnonzero(summary.feature_variances == 0)
-    if likelihood == "gaussian" and constant.size:
-        shown = [names[j] for j in constant[:10]] if names is not None else constant[:10].tolist()
+    if constant.size:
         raise DataError(
-            f"{constant.size} feature(s) are constant (zero variance), e.g. {shown}; "
+            f"{constant.size} feature(s) are constant (zero variance), e.g. {constant[:10].tolist()}; "
             "drop them before fitting a gaussian likelihood"
         )
 

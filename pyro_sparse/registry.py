@@ -85,7 +85,7 @@ def resolve_hyperparameters(name, likelihood, summary, hyper):
     hyper = dict(hyper)
     global_noise = likelihood == "gaussian" and hyper.get("noise", "global") == "global"
     if global_noise and "noise_xi" in allowed and hyper.get("noise_xi") is None:
-        check_constant_features(summary, likelihood)
+        check_constant_features(summary)
         nu = hyper.get("noise_nu", _parameters(get_entry(name).model)["noise_nu"].default)
         hyper["noise_xi"] = calibrate_noise_prior(summary.feature_variances, nu)
     if "noise_variance" in allowed and hyper.get("noise_variance") is None:

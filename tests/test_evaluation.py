@@ -87,8 +87,5 @@ def test_kl_warmup_leaves_global_sites_alone():
         with data_plate(x):
             pyro.sample("x", dist.Normal(w, 1.0), obs=x)
 
-    def global_guide(x):
-        pyro.sample("w", dist.Normal(0.5, 0.5))
-
     trace = poutine.trace(scale_local_latents(0.0)(global_model)).get_trace(torch.zeros(3))
     assert trace.nodes["w"]["scale"] == 1.0

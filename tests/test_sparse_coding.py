@@ -271,20 +271,10 @@ def _synthetic_sparse_data(n=600, d=16, k=24, active=3, seed=0):
 def test_learn_dictionary_reduces_objective():
     X, _ = _synthetic_sparse_data()
     lam = 0.3
-    res = learn_dictionary(
-        X,
-        24,
-        lam,
-        kappa=1e-3,
-        num_epochs=5,
-        batch_size=50,
-        lr=0.5,
-        warmup=False,
-        fista_iterations=200,
-        fista_tol=1e-4,
-        seed=0,
-        return_history=True,
+    options = dict(
+        kappa=1e-3, num_epochs=5, batch_size=50, lr=0.5, warmup=False, fista_iterations=200, fista_tol=1e-4, seed=0
     )
+    res = learn_dictionary(X, 24, lam, return_history=True, **options)
     A = res.dictionary
     assert A.shape == (16, 24) and A.dtype == torch.float32
     assert res.steps == 5 * 12
@@ -297,19 +287,7 @@ def test_learn_dictionary_reduces_objective():
     )
     assert f(A) < 0.8 * f(A0)
     # deterministic for a seed
-    again = learn_dictionary(
-        X,
-        24,
-        lam,
-        kappa=1e-3,
-        num_epochs=5,
-        batch_size=50,
-        lr=0.5,
-        warmup=False,
-        fista_iterations=200,
-        fista_tol=1e-4,
-        seed=0,
-    )
+    again = learn_dictionary(X, 24, lam, **options)
     assert torch.equal(A, again)
 
 
