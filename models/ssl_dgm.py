@@ -15,7 +15,7 @@ from pyro_sparse.likelihoods import (
     sample_noise_variance,
 )
 from pyro_sparse.nn import MaskedDecoder
-from pyro_sparse.priors import SpikeSlabLassoPrior
+from pyro_sparse.priors import HorseshoePrior, SpikeSlabLassoPrior
 
 
 class SparseDGM(nn.Module):
@@ -38,10 +38,17 @@ class SparseDGM(nn.Module):
     :param int latent_dim: K.
     :param str likelihood: ``"gaussian"``, ``"multinomial"`` or ``"bernoulli"``.
     :param tuple hidden_dims: widths of f_θ's hidden layers.
+    :param str w_prior: ``"ssl"`` (the Spike-and-Slab Lasso of Eq. 2) or
+        ``"horseshoe"`` (Appendix C.4.1; :class:`~pyro_sparse.priors.HorseshoePrior`).
+        The SparseVAE-Slab ablation of Appendix C.4.1 is ``"ssl"`` with
+        ``lambda0 == lambda1``: the SSL is then a Lasso prior, E[γ] carries no
+        information, and the support is read from the exact zeros of W.
     :param float lambda0: spike rate.
     :param float lambda1: slab rate.
     :param float a: Beta prior of η.
     :param float b: Beta prior of η (default G).
+    :param float b_local: local half-Cauchy scale of the horseshoe.
+    :param float b_global: global half-Cauchy scale of the horseshoe.
     :param float beta: weight of the KL term of z (1 is the paper's ELBO).  The
         z site is scaled by β here and must be scaled alike in the guide
         (``AmortizedNormalGuide(kl_weight=beta)``; the registry does this),
@@ -58,10 +65,13 @@ class SparseDGM(nn.Module):
         latent_dim=5,
         likelihood="gaussian",
         hidden_dims=(50, 50, 50),
+        w_prior="ssl",
         lambda0=10.0,
         lambda1=1.0,
         a=1.0,
         b=None,
+        b_local=1.0,
+        b_global=1.0,
         beta=1.0,
         prior_covariance=None,
         noise_nu=3.0,
@@ -77,9 +87,13 @@ class SparseDGM(nn.Module):
         self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         self.decoder = MaskedDecoder(num_features, latent_dim, hidden_dims, memory_budget_bytes)
-        self.site_priors = nn.ModuleDict(
-            {"W": SpikeSlabLassoPrior(num_features, latent_dim, lambda0, lambda1, a, b)}
-        )
+        if w_prior == "ssl":
+            mask_prior = SpikeSlabLassoPrior(num_features, latent_dim, lambda0, lambda1, a, b)
+        elif w_prior == "horseshoe":
+            mask_prior = HorseshoePrior(num_features, latent_dim, b_local, b_global)
+        else:
+            raise ValueError(f"w_prior must be 'ssl' or 'horseshoe', got {w_prior!r}")
+        self.site_priors = nn.ModuleDict({"W": mask_prior})
         covariance = torch.eye(latent_dim) if prior_covariance is None else torch.as_tensor(
             prior_covariance, dtype=torch.float32
         )

@@ -4,11 +4,10 @@ import math
 
 import pyro
 import pyro.distributions as dist
-import torch
 from pyro import poutine
 from torch import nn
-from torch.distributions import constraints
 
+from pyro_sparse.dictionary import LinearGenerator
 from pyro_sparse.distributions.thresholded import code_distribution
 from pyro_sparse.handlers import data_plate
 from pyro_sparse.likelihoods import check_likelihood, observation
@@ -101,12 +100,13 @@ class TVSC(nn.Module):
         self.decoder_kind, self.dictionary_penalty = decoder, float(dictionary_penalty)
         self.noise_variance = float(noise_variance)
         # The linear generator's A is a global site; the MLP and conv ones are networks.
+        self.decoder = self.linear_generator = None
         if decoder == "mlp":
             self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
         elif decoder == "conv":
             self.decoder = ConvDecoder28(num_features, latent_dim)
         else:
-            self.decoder = None
+            self.linear_generator = LinearGenerator(num_features, latent_dim, dictionary_penalty)
         self.site_priors = nn.ModuleDict()
 
     def guide_options(self):
@@ -123,26 +123,17 @@ class TVSC(nn.Module):
     def point_estimate_sites(self, feature_variances):
         if self.decoder_kind != "linear":
             return {}
-        # A small random dictionary: exactly zero would make every code useless.
-        init = torch.randn(self.num_features, self.latent_dim) / math.sqrt(self.latent_dim)
-        return {"A": (init, constraints.real)}
+        return self.linear_generator.point_estimate_sites()
 
     def generator_output(self, z, dictionary=None):
         if self.decoder_kind == "linear":
-            # Inside a vectorised particle plate A is (J, 1, G, K), its 1 aligned
-            # with the data dim of z (J, B, K): a batched matrix-vector product.
-            return (dictionary @ z.unsqueeze(-1)).squeeze(-1)
+            return self.linear_generator(dictionary, z)
         return self.decoder(z)
 
     def forward(self, x, num_data=None):
         dictionary = None
         if self.decoder_kind == "linear":
-            # Eq. 11 adds κ‖A‖² to every data point's loss, i.e. N κ ‖A‖² over the
-            # data set: a Normal(0, (2κN)^-1/2) prior on each entry.
-            scale = (2 * self.dictionary_penalty * (num_data or x.shape[0])) ** -0.5
-            dictionary = pyro.sample(
-                "A", dist.Normal(x.new_zeros(()), scale).expand([self.num_features, self.latent_dim]).to_event(2)
-            )
+            dictionary = self.linear_generator.sample_dictionary(x, num_data)
         with data_plate(x, num_data):
             threshold = None if self.threshold is None else x.new_full((self.latent_dim,), self.threshold)
             if self.learn_threshold:

@@ -5,6 +5,7 @@ import torch
 from pyro import poutine
 from torch import nn
 
+from pyro_sparse.dictionary import LinearGenerator
 from pyro_sparse.distributions import SelectedSpikeAndSlab, SpikeAndSlab
 from pyro_sparse.handlers import data_plate
 from pyro_sparse.likelihoods import check_likelihood, observation
@@ -27,10 +28,20 @@ class VSC(nn.Module):
     and the KL between the two spike-and-slab distributions is the closed
     form registered with ``torch.distributions.kl`` (Eq. 9).
 
+    ``decoder="linear"`` is instead the sparse coding model of the
+    spike-and-slab baseline of Fallah & Rozell (2022, Sec. 4.1):
+    x_i ~ N(A z_i, σ² I) with a dictionary A under the Frobenius penalty
+    κ‖A‖² per data point (their Eq. 11-12), point-estimated, and a fixed
+    noise variance σ², exactly as the linear generator of
+    :class:`~pyro_sparse.models.TVSC` (:class:`~pyro_sparse.dictionary.LinearGenerator`);
+    for Bernoulli / multinomial data A z are the logits.  That baseline draws
+    its codes with the guide's ``spike_estimator="straight_through"``.
+
     :param int num_features: G.
     :param int latent_dim: K.
     :param str likelihood: ``"gaussian"``, ``"bernoulli"`` or ``"multinomial"``.
-    :param tuple hidden_dims: widths of the decoder (and encoder) MLP.
+    :param tuple hidden_dims: widths of the encoder MLP, and of the decoder's
+        for ``decoder="mlp"``.
     :param float alpha: prior probability that a code dimension is non-zero.
     :param float beta: weight of the KL term (1 is the paper's ELBO).
     :param float min_noise_variance: floor of the decoder variance, in
@@ -45,6 +56,11 @@ class VSC(nn.Module):
         KL of the pseudo-inputs' mean spike probability to α added per data
         point, which keeps the prior's sparsity at α.  The recognition network
         is attached by the registry (``attach_recognition``).
+    :param str decoder: ``"mlp"`` (the paper's) or ``"linear"`` (x ≈ A z).
+    :param float dictionary_penalty: κ of the linear decoder's Frobenius penalty.
+    :param float noise_variance: σ² of the linear decoder's Gaussian
+        likelihood; ``train`` sets it to half the mean feature variance
+        unless given (the MLP decoder learns its variances instead).
     """
 
     def __init__(
@@ -60,6 +76,9 @@ class VSC(nn.Module):
         num_pseudo_inputs=20,
         selection_sharpness=60.0,
         selection_threshold=0.5,
+        decoder="mlp",
+        dictionary_penalty=1e-3,
+        noise_variance=None,
     ):
         super().__init__()
         if not 0 < alpha < 1:
@@ -68,17 +87,29 @@ class VSC(nn.Module):
             raise ValueError(f"alpha must be in (0, 1), got {alpha}; for alpha = 1 use model='vae'")
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
+        if decoder not in ("mlp", "linear"):
+            raise ValueError(f"decoder must be 'mlp' or 'linear', got {decoder!r}")
+        if prior not in ("fixed", "pseudo_inputs"):
+            raise ValueError(f"prior must be 'fixed' or 'pseudo_inputs', got {prior!r}")
+        if prior == "pseudo_inputs" and decoder == "linear":
+            # The pseudo-inputs live in the standardised units of the MLP decoder's feature map.
+            raise ValueError("prior='pseudo_inputs' needs decoder='mlp'; use prior='fixed' with the linear decoder")
+        noise_variance = 0.5 if noise_variance is None else float(noise_variance)
+        if not noise_variance > 0:
+            raise ValueError(f"noise_variance must be positive, got {noise_variance}")
         self.num_features, self.latent_dim = num_features, latent_dim
         self.likelihood = check_likelihood(likelihood)
         self.hidden_dims = tuple(hidden_dims)
         self.alpha, self.beta = float(alpha), float(beta)
-        if self.likelihood == "gaussian":
+        self.decoder_kind, self.noise_variance = decoder, noise_variance
+        self.decoder = self.linear_generator = None
+        if decoder == "linear":
+            self.linear_generator = LinearGenerator(num_features, latent_dim, dictionary_penalty)
+        elif self.likelihood == "gaussian":
             self.decoder = HeteroscedasticDecoder(num_features, latent_dim, hidden_dims, min_noise_variance)
         else:
             self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
         self.site_priors = nn.ModuleDict()
-        if prior not in ("fixed", "pseudo_inputs"):
-            raise ValueError(f"prior must be 'fixed' or 'pseudo_inputs', got {prior!r}")
         self.prior = prior
         if prior == "pseudo_inputs":
             if num_pseudo_inputs < 1:
@@ -97,6 +128,8 @@ class VSC(nn.Module):
         return {"kl_weight": self.beta}
 
     def point_estimate_sites(self, feature_variances):
+        if self.decoder_kind == "linear":
+            return self.linear_generator.point_estimate_sites()
         return {}
 
     def latent_prior(self, x):
@@ -125,6 +158,9 @@ class VSC(nn.Module):
         ).sum()
 
     def forward(self, x, num_data=None):
+        dictionary = None
+        if self.decoder_kind == "linear":
+            dictionary = self.linear_generator.sample_dictionary(x, num_data)
         with data_plate(x, num_data):
             prior = self.latent_prior(x)
             if self.prior == "pseudo_inputs":
@@ -132,7 +168,10 @@ class VSC(nn.Module):
                 pyro.factor("prior_sparsity", -self.prior_sparsity_penalty(prior).expand(x.shape[:1]))
             with poutine.scale(scale=self.beta):
                 z = pyro.sample("z", prior)
-            if self.likelihood == "gaussian":
+            if self.decoder_kind == "linear":
+                variance = x.new_full((self.num_features,), self.noise_variance)
+                pyro.sample("x", observation(self.likelihood, self.linear_generator(dictionary, z), variance), obs=x)
+            elif self.likelihood == "gaussian":
                 loc, variance = self.decoder(z)
                 pyro.sample("x", observation("gaussian", loc, variance), obs=x)
             else:

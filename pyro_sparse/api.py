@@ -127,6 +127,17 @@ class FittedModel:
             ]
         )
 
+    def to_arviz(self, X, num_samples=100, feature_names=None):
+        """
+        Posterior draws, posterior predictive replicates, element-wise
+        log-likelihood and the data of X as ArviZ data (InferenceData, or a
+        DataTree under arviz >= 1.0); see :func:`pyro_sparse.diagnostics.to_arviz`.
+        """
+        # Imported here: arviz is slow to import and only these checks need it.
+        from pyro_sparse.diagnostics import to_arviz
+
+        return to_arviz(self, X, num_samples=num_samples, feature_names=feature_names)
+
     def _point(self, name):
         if name not in self.guide.unconstrained:
             raise AttributeError(f"model {self.config['model']!r} has no global site {name!r}")
@@ -207,6 +218,8 @@ def train(
     max_epochs=200,
     batch_size=100,
     lr=0.01,
+    global_lr=None,
+    lr_decay=1.0,
     seed=0,
     device="auto",
     progress=True,
@@ -226,6 +239,14 @@ def train(
     ``lambda1=1``, ``a=1``, ``b=None`` (= G), ``beta=1``,
     ``prior_covariance=None``, ``noise_nu=3``, ``noise_xi=None`` (calibrated from
     the data, Appendix C.2).  See ``pyro_sparse.registry.MODELS``.
+    ``model="nmf"`` is fitted by scikit-learn, not SVI: it takes ``data``,
+    ``latent_dim``, ``likelihood``, ``seed`` and its own hyperparameters and
+    returns a :class:`~pyro_sparse.nmf.FittedNMF` with the same evaluation
+    methods; the training-loop arguments do not apply to it.
+
+    ``global_lr`` is the learning rate of the point-estimated global sites
+    (W, a linear dictionary A, noise variances; default ``lr``) and
+    ``lr_decay`` multiplies every learning rate after each epoch.
 
     ``kl_warmup_epochs`` (default: a quarter of ``max_epochs``) ramps the KL
     weight of z from 0 to 1 so the decoder learns to use the codes before the
@@ -236,7 +257,7 @@ def train(
     estimate), ``"max"`` keeps each data point's best particle (the max-ELBO
     sampling of Fallah & Rozell 2022, Eq. 9; see :class:`~pyro_sparse.elbo.MaxParticleELBO`).
     """
-    registry.get_entry(model)
+    entry = registry.get_entry(model)
     likelihood = check_likelihood(likelihood)
     if data is None:
         raise DataError("train() needs data: an (N x G) array, tensor or sparse matrix")
@@ -244,12 +265,20 @@ def train(
     check_values(matrix, likelihood)
     if not isinstance(latent_dim, (int, np.integer)) or latent_dim < 1:
         raise ValueError(f"latent_dim must be a positive integer, got {latent_dim!r}")
+    if isinstance(entry, registry.EstimatorEntry):
+        # Fitted by its own routine: the SVI arguments below do not apply.
+        hyper = registry.resolve_hyperparameters(model, likelihood, DataSummary.of(matrix), hyperparameters)
+        return entry.estimator.fit(matrix, latent_dim=int(latent_dim), likelihood=likelihood, seed=seed, **hyper)
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if not isinstance(max_epochs, (int, np.integer)) or max_epochs < 1:
         raise ValueError(f"max_epochs must be a positive integer, got {max_epochs!r}")
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr!r}")
+    if global_lr is not None and not global_lr > 0:
+        raise ValueError(f"global_lr must be positive or None, got {global_lr!r}")
+    if not 0 < lr_decay <= 1:
+        raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay!r}")
     if not isinstance(num_particles, (int, np.integer)) or num_particles < 1:
         raise ValueError(f"num_particles must be a positive integer, got {num_particles!r}")
     if particle_reduction not in ("mean", "max"):
@@ -275,6 +304,8 @@ def train(
             "max_epochs": _jsonable(max_epochs),
             "batch_size": _jsonable(batch_size),
             "lr": _jsonable(lr),
+            "global_lr": _jsonable(global_lr),
+            "lr_decay": _jsonable(lr_decay),
             "seed": _jsonable(seed),
             "kl_warmup_epochs": _jsonable(kl_warmup_epochs),
             "num_particles": _jsonable(num_particles),
@@ -298,6 +329,8 @@ def train(
         max_epochs=max_epochs,
         batch_size=min(batch_size, train_matrix.shape[0]),
         lr=lr,
+        global_lr=global_lr,
+        lr_decay=lr_decay,
         device=device,
         generator=generator,
         progress=progress,
@@ -312,6 +345,9 @@ def load(path, device="cpu"):
     config, states = serialization.read(path)
     history = config.pop("history", {})
     try:
+        entry = registry.get_entry(config["model"])
+        if isinstance(entry, registry.EstimatorEntry):
+            return entry.estimator.from_saved(config, states, history)
         model, guide, _ = _assemble(config, resolve_device(device))
         model.load_state_dict(states["model"])
         guide.load_state_dict(states["guide"])

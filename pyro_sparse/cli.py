@@ -12,28 +12,33 @@ from pyro_sparse import metrics
 from pyro_sparse.api import train
 from pyro_sparse.data import DataError
 from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse.image_datasets import DatasetNotInstalledError
+from pyro_sparse.real_datasets import REAL_DATA
 from pyro_sparse.registry import MODELS
 from pyro_sparse.training import TrainingDivergedError
 
 
 def read_data(source, n=1000, rho=0.6, seed=0):
-    """(X, feature names or None, truth or None) for ``--data``."""
+    """(X, feature names or None, truth or None, default likelihood) for ``--data``."""
     if source == "synthetic":
         data = synthetic_sparse_dgm(n=n, rho=rho, seed=seed)
-        return data.X, [f"x{j + 1}" for j in range(data.X.shape[1])], data
+        return data.X, [f"x{j + 1}" for j in range(data.X.shape[1])], data, "gaussian"
+    if source in REAL_DATA:
+        data = REAL_DATA[source]()
+        return data.X, list(data.feature_names), None, data.likelihood
     if not os.path.isfile(source):
-        raise DataError(f"--data {source!r}: no such file (or use 'synthetic')")
+        raise DataError(f"--data {source!r}: no such file (or use 'synthetic', {', '.join(REAL_DATA)})")
     extension = os.path.splitext(source)[1].lower()
     if extension == ".npy":
-        return np.load(source, allow_pickle=False), None, None
+        return np.load(source, allow_pickle=False), None, None, "gaussian"
     if extension == ".npz":
         try:
-            return sp.load_npz(source), None, None
+            return sp.load_npz(source), None, None, "gaussian"
         except (ValueError, KeyError):
             with np.load(source, allow_pickle=False) as archive:
                 if len(archive.files) != 1:
                     raise DataError(f"{source!r} holds arrays {archive.files}; save exactly one") from None
-                return archive[archive.files[0]], None, None
+                return archive[archive.files[0]], None, None, "gaussian"
     if extension in (".csv", ".txt", ".tsv"):
         delimiter = "\t" if extension == ".tsv" else ","
         with open(source) as stream:
@@ -47,18 +52,32 @@ def read_data(source, n=1000, rho=0.6, seed=0):
             X = np.loadtxt(source, delimiter=delimiter, skiprows=skip, ndmin=2)
         except ValueError as error:
             raise DataError(f"{source!r} is not a numeric table: {error}") from None
-        return X, names, None
-    raise DataError(f"--data {source!r}: use 'synthetic' or a .csv, .tsv, .npy or .npz file")
+        return X, names, None, "gaussian"
+    raise DataError(f"--data {source!r}: use 'synthetic', {', '.join(REAL_DATA)} or a .csv, .tsv, .npy or .npz file")
+
+
+def _mask(fitted):
+    """ssl_dgm's (G x K) decoder mask, or None (oi_vae's W is (groups, K, p); nmf and the VAEs have none)."""
+    guide = getattr(fitted, "guide", None)
+    if guide is None or "W" not in guide.unconstrained:
+        return None
+    W = fitted.W_
+    return W if W.ndim == 2 else None
+
+
+def _has_ssl_prior(fitted):
+    return _mask(fitted) is not None and hasattr(fitted.model.site_priors["W"], "eta")
 
 
 def _describe(fitted, names, heldout):
     """Lines reporting what was learned; ``heldout`` is fresh synthetic data with its truth, or None."""
     lines = []
-    if "W" in fitted.guide.unconstrained:
-        W = fitted.W_
+    W = _mask(fitted)
+    if W is not None:
         active = np.flatnonzero(np.abs(W).sum(0) > 0)
         lines.append(f"factors in use: {len(active)} of {W.shape[1]} (columns of W not exactly zero)")
-        lines.append(f"eta (share of features per factor): {np.array2string(fitted.eta_, precision=3)}")
+        if _has_ssl_prior(fitted):
+            lines.append(f"eta (share of features per factor): {np.array2string(fitted.eta_, precision=3)}")
         if W.shape[0] <= 30:
             labels = names or [str(j) for j in range(W.shape[0])]
             lines.append("W (rows: features, columns: factors; 0 = feature does not use the factor):")
@@ -73,7 +92,7 @@ def _describe(fitted, names, heldout):
         lines.append(f"heldout MSE: {metrics.mse(heldout.X, fitted.reconstruct(heldout.X)):.3f} (noise variance 0.5)")
         lines.append(f"heldout NLL per point: {metrics.heldout_nll(fitted.heldout_log_likelihood(heldout.X, 50)):.3f}")
         lines.append(f"DCI disentanglement vs true factors: {metrics.dci_disentanglement(z, heldout.z):.3f}")
-        if "W" in fitted.guide.unconstrained:
+        if W is not None:
             matching = metrics.match_factors(z, heldout.z)
             score = metrics.support_f_score(fitted.W_, heldout.support, matching)
             lines.append(f"F-score of the support of W vs the truth: {score:.3f}")
@@ -81,7 +100,7 @@ def _describe(fitted, names, heldout):
 
 
 def _train(args):
-    X, names, truth = read_data(args.data, args.n, args.rho, args.seed)
+    X, names, truth, default_likelihood = read_data(args.data, args.n, args.rho, args.seed)
     hyper = {}
     for key in ("lambda0", "lambda1", "beta"):
         if getattr(args, key) is not None:
@@ -92,7 +111,7 @@ def _train(args):
         args.model,
         X,
         latent_dim=args.latent_dim,
-        likelihood=args.likelihood,
+        likelihood=args.likelihood or default_likelihood,
         max_epochs=args.epochs,
         batch_size=args.batch_size,
         lr=args.lr,
@@ -113,8 +132,10 @@ def _train(args):
         "final_train_loss": fitted.history_["train_loss"][-1],
         "report": lines,
     }
-    if "W" in fitted.guide.unconstrained:
-        summary.update(W=fitted.W_.tolist(), eta=fitted.eta_.tolist(), inclusion_probs=fitted.inclusion_probs_.tolist())
+    if _mask(fitted) is not None:
+        summary["W"] = fitted.W_.tolist()
+    if _has_ssl_prior(fitted):
+        summary.update(eta=fitted.eta_.tolist(), inclusion_probs=fitted.inclusion_probs_.tolist())
     with open(os.path.join(args.out, "summary.json"), "w") as stream:
         json.dump(summary, stream, indent=2)
     written = ["model.pt", "summary.json"]
@@ -123,7 +144,7 @@ def _train(args):
 
         plots.loss_curve(fitted.history_).savefig(os.path.join(args.out, "loss.png"), dpi=120)
         written.append("loss.png")
-        if "W" in fitted.guide.unconstrained:
+        if _mask(fitted) is not None:
             plots.mask_heatmap(fitted.W_, names).savefig(os.path.join(args.out, "W.png"), dpi=120)
             written.append("W.png")
     except ImportError as error:
@@ -141,8 +162,15 @@ def build_parser():
         "--model", default="ssl_dgm", choices=sorted(MODELS),
         help="; ".join(f"{name}: {entry.summary}" for name, entry in sorted(MODELS.items())),
     )
-    fit.add_argument("--data", default="synthetic", help="'synthetic' (Moran et al. Eq. 9) or a .csv/.tsv/.npy/.npz file")
-    fit.add_argument("--likelihood", default="gaussian", choices=["gaussian", "multinomial", "bernoulli"])
+    fit.add_argument(
+        "--data", default="synthetic",
+        help=f"'synthetic' (Moran et al. Eq. 9), a real data set ({', '.join(REAL_DATA)}; "
+        "see pyro_sparse.real_datasets) or a .csv/.tsv/.npy/.npz file",
+    )
+    fit.add_argument(
+        "--likelihood", default=None, choices=["gaussian", "multinomial", "bernoulli"],
+        help="default: the paper's for a real data set (multinomial for counts and ratings), else gaussian",
+    )
     fit.add_argument("--latent-dim", type=int, default=5)
     fit.add_argument("--hidden-dims", default=None, help="comma-separated widths, e.g. 50,50,50")
     fit.add_argument("--epochs", type=int, default=200)
@@ -165,7 +193,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         _train(args)
-    except (DataError, ValueError, TypeError, TrainingDivergedError) as error:
+    except (DataError, DatasetNotInstalledError, ValueError, TypeError, TrainingDivergedError) as error:
         print(f"pyro-sparse: error: {error}", file=sys.stderr)
         return 2
     return 0

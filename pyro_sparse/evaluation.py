@@ -8,6 +8,19 @@ from pyro import poutine
 from pyro_sparse.handlers import in_data_plate
 
 
+def exact_guide_trace(guide, x):
+    """
+    A trace of the guide on ``x`` whose local sites hold exact draws of their
+    distributions: a relaxed (training-time) draw of a spike-and-slab code is
+    never exactly 0 and would be scored by the slab density.
+    """
+    guide_trace = poutine.trace(guide).get_trace(x)
+    for site in guide_trace.nodes.values():
+        if site["type"] == "sample" and in_data_plate(site):
+            site["value"] = site["fn"].sample()
+    return guide_trace
+
+
 def log_importance_weights(model, guide, x):
     r"""
     One draw z ~ q(z | x) per data point and its log weight
@@ -18,12 +31,7 @@ def log_importance_weights(model, guide, x):
 
     :returns: tensor of shape ``(batch,)``.
     """
-    guide_trace = poutine.trace(guide).get_trace(x)
-    for site in guide_trace.nodes.values():
-        if site["type"] == "sample" and in_data_plate(site):
-            # Exact draws: a relaxed (training-time) draw of a spike-and-slab
-            # code is never exactly 0 and would be scored by the slab density.
-            site["value"] = site["fn"].sample()
+    guide_trace = exact_guide_trace(guide, x)
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
     log_weight = x.new_zeros(x.shape[0])
     for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
@@ -51,12 +59,14 @@ def importance_log_likelihood(model, guide, x, num_samples=100):
 def expected_observation(model, guide, x, codes=None):
     """
     E[x | z, globals]: the model's mean of x given codes z (by default the
-    posterior means E_q[z | x]) and the guide's values of the global sites.
+    posterior means E_q[z | x]), the posterior means of any other local site
+    and the guide's values of the global sites.
     """
     guide_trace = poutine.trace(guide).get_trace(x)
-    for site in guide_trace.nodes.values():
+    for name, site in guide_trace.nodes.items():
         if site["type"] == "sample" and in_data_plate(site):
-            site["value"] = site["fn"].mean if codes is None else codes
+            # Other local sites (a learned threshold) stay at their posterior means.
+            site["value"] = codes if codes is not None and name == "z" else site["fn"].mean
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
     return next(
         site["fn"].mean

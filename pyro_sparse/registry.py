@@ -9,6 +9,10 @@ hooks), ``point_estimate_sites(feature_variances)``, ``guide_options()``
 network decoder should see standardised units, a ``decoder`` ending in a
 ``FeatureAffine`` named ``output_affine``; its constructor takes
 ``num_features, latent_dim, likelihood`` and its hyperparameters by keyword.
+
+A model fitted by its own routine rather than SVI (``nmf``) is an
+``EstimatorEntry`` instead: its class fits itself and saves and loads
+itself through :mod:`pyro_sparse.serialization`.
 """
 
 import inspect
@@ -20,7 +24,8 @@ from pyro.infer import TraceMeanField_ELBO
 from pyro_sparse.data import check_constant_features
 from pyro_sparse.guides import AmortizedNormalGuide, SpikeSlabGuide, ThresholdedGuide
 from pyro_sparse.likelihoods import calibrate_noise_prior
-from pyro_sparse.models import TVSC, VAE, VSC, SparseDGM
+from pyro_sparse.models import OIVAE, TVSC, VAE, VSC, SparseDGM
+from pyro_sparse.nmf import FittedNMF
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,21 @@ class ModelEntry:
     model: type
     guide: type
     elbo: type
+    summary: str
+
+
+@dataclass(frozen=True)
+class EstimatorEntry:
+    """
+    A model with its own fitting routine: ``estimator.fit(matrix, *,
+    latent_dim, likelihood, seed, **hyperparameters)`` returns an object with
+    the evaluation interface of :class:`~pyro_sparse.api.FittedModel`
+    (``transform``, ``reconstruct``, ``heldout_log_likelihood``, ``W_``,
+    ``top_features``, ``save``), and ``estimator.from_saved(config, states,
+    history)`` rebuilds one from a model file.
+    """
+
+    estimator: type
     summary: str
 
 
@@ -47,6 +67,14 @@ MODELS = {
     "tvsc": ModelEntry(
         TVSC, ThresholdedGuide, TraceMeanField_ELBO,
         "thresholded variational sparse coding: soft-thresholded Laplace/Gaussian codes (Fallah & Rozell 2022)",
+    ),
+    "oi_vae": ModelEntry(
+        OIVAE, AmortizedNormalGuide, TraceMeanField_ELBO,
+        "output-interpretable VAE: group-lasso latent-to-group maps, one generator per group (Ainsworth et al. 2018)",
+    ),
+    "nmf": EstimatorEntry(
+        FittedNMF,
+        "non-negative matrix factorisation (scikit-learn), Poisson (KL) or Gaussian (Frobenius) loss",
     ),
 }
 
@@ -71,6 +99,9 @@ def _parameters(cls):
 def hyperparameter_names(name):
     """The keyword arguments ``train`` accepts for a model: its own, then its guide's."""
     entry = get_entry(name)
+    if isinstance(entry, EstimatorEntry):
+        supplied = {"matrix", "latent_dim", "likelihood", "seed"}
+        return [p for p in inspect.signature(entry.estimator.fit).parameters if p not in supplied]
     model_names = [p for p in _parameters(entry.model) if p not in _SUPPLIED - {"hidden_dims"}]
     guide_names = [p for p in _parameters(entry.guide) if p not in _SUPPLIED and p not in model_names]
     return model_names + guide_names

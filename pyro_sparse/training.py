@@ -22,15 +22,15 @@ def _hooked_sites(model, guide):
 
 def adam_step_sizes(optimizer, param):
     """
-    Adam's per-coordinate step size lr / (sqrt(v̂) + eps) for ``param``: the
-    metric in which a prior's proximal step must be taken to match the step
-    the optimizer just made on the smooth part of the loss.
+    Adam's per-coordinate step size lr / (sqrt(v̂) + eps) for ``param``, and
+    its group's lr: the metric in which a prior's proximal step must be taken
+    to match the step the optimizer just made on the smooth part of the loss.
     """
     group = next(g for g in optimizer.param_groups if any(p is param for p in g["params"]))
     state = optimizer.state[param]
     beta2 = group["betas"][1]
     v_hat = state["exp_avg_sq"] / (1 - beta2 ** float(state["step"]))
-    return group["lr"] / (v_hat.sqrt() + group["eps"])
+    return group["lr"] / (v_hat.sqrt() + group["eps"]), group["lr"]
 
 
 @torch.no_grad()
@@ -52,6 +52,8 @@ def fit(
     max_epochs=200,
     batch_size=100,
     lr=0.01,
+    global_lr=None,
+    lr_decay=1.0,
     device="cpu",
     generator=None,
     progress=False,
@@ -68,6 +70,12 @@ def fit(
     the guide's point estimate of that site (e.g. the SSL proximal step and
     E-step), giving ``after_step`` Adam's per-coordinate step sizes.
 
+    :param float global_lr: Adam learning rate of the point-estimated global
+        sites (a dictionary A, a mask W, noise variances); default ``lr``.  A
+        linear dictionary learns at a different pace from the networks (the
+        thresholded-VSC paper, Appendix D, gives it a 50x larger rate).
+    :param float lr_decay: every learning rate is multiplied by this after
+        each epoch (Appendix D of the same paper: 0.99).
     :param float kl_warmup_epochs: the KL term of the local codes is weighted
         from 0 up to 1 linearly over this many epochs (Bowman et al. 2016), so
         the decoder learns to use z before the KL can collapse q(z|x) onto
@@ -80,7 +88,13 @@ def fit(
     if early_stopping and validation_matrix is None:
         raise ValueError("early_stopping needs validation data (set validation_fraction > 0)")
     params = list({id(p): p for p in (*model.parameters(), *guide.parameters())}.values())
-    optimizer = torch.optim.Adam(params, lr=lr, foreach=True)
+    global_ids = {id(p) for p in guide.unconstrained.values()}
+    groups = [
+        {"params": [p for p in params if id(p) not in global_ids], "lr": lr},
+        {"params": [p for p in params if id(p) in global_ids], "lr": lr if global_lr is None else global_lr},
+    ]
+    optimizer = torch.optim.Adam([g for g in groups if g["params"]], foreach=True)
+    scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, lr_decay)
     hooked = _hooked_sites(model, guide)
     for prior, param in hooked:
         prior.update(param)
@@ -122,9 +136,11 @@ def fit(
             optimizer.step()
             step += 1
             for prior, param in hooked:
-                prior.after_step(param, adam_step_sizes(optimizer, param), lr)
+                step_sizes, group_lr = adam_step_sizes(optimizer, param)
+                prior.after_step(param, step_sizes, group_lr)
             epoch_loss += loss.item()
             num_steps += 1
+        scheduler.step()
         history["train_loss"].append(epoch_loss / num_steps / num_data)
         if validation_matrix is None:
             continue

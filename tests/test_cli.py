@@ -28,6 +28,19 @@ def test_train_on_synthetic_writes_model_summary_and_figures(tmp_path, capsys):
     assert pyro_sparse.load(out / "model.pt").W_.shape == (7, 3)
 
 
+@pytest.mark.parametrize("model", ["vae", "vsc", "tvsc", "oi_vae", "nmf"])
+def test_every_registered_model_trains_from_the_command_line(tmp_path, model):
+    X = np.abs(np.random.default_rng(0).normal(size=(60, 5)))
+    np.save(tmp_path / "data.npy", X)
+    out = tmp_path / "run"
+    options = [o for o in QUICK if o not in ("--hidden-dims", "8,8")] if model == "nmf" else QUICK  # NMF has no network
+    assert main(["train", "--model", model, "--data", str(tmp_path / "data.npy"), "--out", str(out), *options]) == 0
+    assert {"model.pt", "summary.json"} <= {p.name for p in out.iterdir()}
+    import pyro_sparse
+
+    assert pyro_sparse.load(out / "model.pt").transform(X).shape == (60, 3)
+
+
 @pytest.mark.parametrize("kind", ["csv", "csv-header", "npy", "npz-sparse", "npz-dense"])
 def test_reads_user_files(tmp_path, kind):
     X = np.random.default_rng(0).normal(size=(60, 4))

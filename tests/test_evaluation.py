@@ -67,6 +67,24 @@ def test_expected_observation_is_the_mean_at_the_posterior_mean():
     torch.testing.assert_close(expected_observation(model, make_guide(), x), x / 2)
 
 
+def test_given_codes_replace_only_z():
+    # x | z, t ~ N(z t, 1) with a second local latent t: given codes set z, t stays at its mean.
+    def scaled_model(x, num_data=None):
+        with data_plate(x, num_data):
+            t = pyro.sample("t", dist.Gamma(3.0, 1.0))
+            z = pyro.sample("z", dist.Normal(0.0, 1.0))
+            pyro.sample("x", dist.Normal(z * t, 1.0), obs=x)
+
+    def scaled_guide(x, num_data=None):
+        with data_plate(x, num_data):
+            pyro.sample("t", dist.Gamma(torch.full_like(x, 4.0), 2.0))
+            pyro.sample("z", dist.Normal(x, 1.0))
+
+    x = torch.tensor([1.0, -2.0])
+    codes = torch.tensor([-0.5, 3.0])
+    torch.testing.assert_close(expected_observation(scaled_model, scaled_guide, x, codes), codes * 2.0)
+
+
 @pytest.mark.parametrize("factor", [0.25, 1.0])
 def test_kl_warmup_scales_only_the_local_kl(factor):
     x = torch.linspace(-2, 2, 5)

@@ -4,8 +4,9 @@ Hard samples are checked statistically against the closed-form zero fraction,
 moments and slab CDF; log_prob against a hand computation and quadrature; the
 registered closed-form KL against a Monte-Carlo estimate (valid because both
 densities are w.r.t. the same mixed measure); the relaxed rsample against the
-hard draw it tends to as the slope grows; and the Pyro plumbing
-(TraceMeanField_ELBO, plate, to_event, expand).
+hard draw it tends to as the slope grows; the straight-through rsample's
+forward values against the hard draw and its gradients against quadrature;
+and the Pyro plumbing (TraceMeanField_ELBO, plate, to_event, expand).
 """
 
 import math
@@ -515,6 +516,133 @@ def test_rsample_pathwise_gradient_of_mean():
     sd = math.sqrt(c / 6 * (mu0**2 + 0.64) / n)
     assert abs(dgate.item() - expected) < 5 * sd, (dgate, expected, sd)
     assert abs(dloc.item() - g0) < 0.01
+
+
+# ------------------------------------------- straight-through (Gumbel) ---
+def straight_through(*args, temperature=0.5, **kwargs):
+    return SpikeAndSlab(*args, spike_estimator="straight_through", temperature=temperature, **kwargs)
+
+
+def logistic_quad(f):
+    """E[f(L)] for a standard logistic L, by quadrature."""
+    density = lambda t: 0.25 / math.cosh(t / 2) ** 2  # noqa: E731
+    return scipy.integrate.quad(lambda t: f(t) * density(t), -60, 60, limit=200)[0]
+
+
+def test_straight_through_draws_are_exactly_spike_or_slab():
+    # The forward value is the hard draw: the slab value where
+    # logit η + logit γ > 0 (probability γ), exactly 0 elsewhere.
+    gate, loc, scale = f64([0.1, 0.5, 0.9]), f64([1.0, -2.0, 0.5]), f64([0.5, 1.0, 2.0])
+    d = straight_through(gate, loc, scale, temperature=0.7)
+    torch.manual_seed(21)
+    z = d.rsample((2000,))
+    torch.manual_seed(21)  # the indicator's uniform is drawn first, then ε
+    eta = torch.rand(2000, 3, dtype=torch.float64)
+    eps = torch.randn(2000, 3, dtype=torch.float64)
+    in_slab = torch.logit(eta) + torch.logit(gate) > 0
+    assert torch.equal(z, torch.where(in_slab, loc + scale * eps, torch.zeros_like(eps)))
+    assert ((z == 0) == ~in_slab).all()
+
+
+@pytest.mark.parametrize("gate, loc, scale", PARAMS)
+def test_straight_through_spike_frequency_and_slab(gate, loc, scale):
+    torch.manual_seed(22)
+    n = 100_000
+    z = straight_through(f64(gate), loc, scale, temperature=1.0).rsample((n,))
+    nonzero = z != 0
+    frac = nonzero.double().mean().item()
+    assert abs(frac - gate) < 5 * math.sqrt(gate * (1 - gate) / n), (frac, gate)
+    p = scipy.stats.kstest(z[nonzero].numpy(), "norm", args=(loc, scale)).pvalue
+    assert p > 1e-3, p
+
+
+def test_straight_through_frequency_from_logits_and_extreme_gates():
+    torch.manual_seed(23)
+    n = 200_000
+    logits = f64([-6.0, 0.0, 6.0])
+    z = straight_through(gate_logits=logits, temperature=0.5).rsample((n,))
+    gate = torch.sigmoid(logits)
+    sd = (gate * (1 - gate) / n).sqrt()
+    assert ((z != 0).double().mean(0) - gate).abs().lt(5 * sd + 1e-4).all()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 0.1])
+def test_straight_through_gradient_reaches_the_spike_logit(temperature):
+    # Backward differentiates the Concrete sample s = sigmoid((l + L) / τ),
+    # L logistic, in place of the hard b; with ε independent of L,
+    # E[∂z/∂l] = μ · E[∂s/∂l] = μ · E[s (1 - s)] / τ (quadrature), and
+    # ∂z/∂μ = b, whose mean is γ.  Per-sample gradients via one logit per draw.
+    torch.manual_seed(24)
+    n, l0, mu, sigma = 200_000, 0.4, 1.5, 0.8
+    logits = torch.full((n,), l0, dtype=torch.float64, requires_grad=True)
+    loc = torch.full((n,), mu, dtype=torch.float64, requires_grad=True)
+    z = straight_through(gate_logits=logits, loc=loc, scale=sigma, temperature=temperature).rsample()
+    dlogit, dloc = torch.autograd.grad(z.sum(), [logits, loc])
+    assert torch.isfinite(dlogit).all()
+    assert (dlogit[z == 0] != 0).any()  # also where the forward value is 0
+
+    def ds_dl(t):
+        s = 1 / (1 + math.exp(-(l0 + t) / temperature))
+        return s * (1 - s) / temperature
+
+    expected = mu * logistic_quad(ds_dl)
+    assert abs(dlogit.mean().item() - expected) < 5 * dlogit.std().item() / math.sqrt(n), (dlogit.mean(), expected)
+    gate = 1 / (1 + math.exp(-l0))
+    assert abs(dloc.mean().item() - gate) < 5 * math.sqrt(gate * (1 - gate) / n)
+    torch.testing.assert_close(dloc, (z != 0).double())
+
+
+def test_straight_through_gradient_is_nearly_unbiased_at_low_temperature():
+    # d E[z] / dl = μ γ (1 - γ); the estimator's mean tends to it as τ → 0.
+    torch.manual_seed(25)
+    n, l0, mu = 400_000, -1.0, 2.0
+    logits = f64(l0).requires_grad_(True)
+    z = straight_through(gate_logits=logits, loc=mu, scale=0.5, temperature=0.05).rsample((n,))
+    (dlogit,) = torch.autograd.grad(z.mean(), [logits])
+    gate = 1 / (1 + math.exp(-l0))
+    assert dlogit.item() == pytest.approx(mu * gate * (1 - gate), rel=0.03)
+
+
+def test_relaxed_estimator_is_the_default_and_ignores_temperature():
+    gate, loc, scale = f64([0.3, 0.8]), f64([1.0, -0.5]), f64([0.5, 2.0])
+    draws = []
+    for kwargs in [{}, dict(spike_estimator="relaxed", temperature=0.01)]:
+        torch.manual_seed(26)
+        draws.append(SpikeAndSlab(gate, loc, scale, slope=70.0, **kwargs).rsample((100,)))
+    torch.manual_seed(26)
+    eta = torch.rand(100, 2, dtype=torch.float64)
+    eps = torch.randn(100, 2, dtype=torch.float64)
+    expected = torch.sigmoid(70.0 * (eta - 1 + gate)) * (loc + scale * eps)
+    assert torch.equal(draws[0], expected) and torch.equal(draws[1], expected)
+    assert SpikeAndSlab(gate).spike_estimator == "relaxed"
+
+
+def test_straight_through_survives_expand_and_plates():
+    d = straight_through(torch.tensor(0.4), 0.5, 1.0, temperature=0.3)
+    e = d.expand((4,))
+    assert e.spike_estimator == "straight_through" and e.temperature == 0.3
+    e.temperature = 0.9
+    assert d.temperature == 0.3
+
+    def model():
+        with pyro.plate("rows", 500):
+            return pyro.sample("z", d)
+
+    site = poutine.trace(model).get_trace().nodes["z"]
+    assert site["fn"].spike_estimator == "straight_through" and site["fn"].temperature == 0.3
+    assert (site["value"] == 0).any() and (site["value"] != 0).any()
+
+
+def test_spike_estimator_and_temperature_checked():
+    with pytest.raises(ValueError, match="spike_estimator"):
+        SpikeAndSlab(torch.tensor(0.5), spike_estimator="gumbel")
+    with pytest.raises(ValueError, match="temperature"):
+        straight_through(torch.tensor(0.5), temperature=0.0)
+    d = straight_through(torch.tensor(0.5))
+    with pytest.raises(ValueError, match="temperature"):
+        d.temperature = -1.0
+    d.temperature = 2
+    assert isinstance(d.temperature, float) and d.temperature == 2.0
 
 
 # ------------------------------------------------------- expand / validate ---

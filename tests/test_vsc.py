@@ -4,6 +4,7 @@ import numpy as np
 import pyro
 import pytest
 import torch
+from pyro import poutine
 from pyro_sparse.guides import SpikeSlabGuide
 
 import pyro_sparse
@@ -81,24 +82,38 @@ def test_slope_and_pretraining_schedules():
     assert guide.slope == 200 and guide.slab_weight == 1  # finished outside training
     expected = {0: (50, 0.0), 4: (110, 0.0), 5: (125, 0.5), 6: (140, 1.0), 20: (200, 1.0)}
     for epoch, (slope, weight) in expected.items():
-        guide.schedule(epoch)
+        guide.schedule(epoch, 10 * epoch)
         assert guide.slope == pytest.approx(slope) and guide.slab_weight == pytest.approx(weight)
         assert guide.posterior(torch.randn(2, 5)).base_dist.slope == pytest.approx(slope)
 
 
 def test_pretraining_holds_the_slab_at_the_prior():
     guide = SpikeSlabGuide(5, 3, hidden_dims=(4,), pretrain_epochs=2)
-    guide.schedule(0.5)
+    guide.schedule(0.5, 5)
     posterior = guide.posterior(torch.randn(7, 5)).base_dist
     assert (posterior.loc == 0).all() and (posterior.scale == 1).all()
     assert ((posterior.gate > 0) & (posterior.gate <= 1)).all()  # log γ = -ReLU(-v) keeps γ ≤ 1
+
+
+def test_extreme_encoder_outputs_keep_the_kl_finite():
+    # An encoder driven far out (seen with a linear generator) must not
+    # underflow σ² to 0, whose log the KL takes.
+    guide = SpikeSlabGuide(5, 3, hidden_dims=(4,))
+    with torch.no_grad():
+        last = guide.encoder[-1]
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([0.0] * 3 + [-1000.0] * 3 + [-1.0] * 3))  # μ, log σ², v
+    posterior = guide.posterior(torch.randn(2, 5)).base_dist
+    assert (posterior.scale > 0).all() and (posterior.gate > 0.3).all()
+    kl = torch.distributions.kl_divergence(posterior, SpikeAndSlab(torch.full((3,), 0.1), 0.0, 1.0))
+    assert torch.isfinite(kl).all()
 
 
 def test_training_runs_the_schedules(digits, monkeypatch):
     seen = []
     original = SpikeSlabGuide.schedule
 
-    def record(self, epoch, iteration=None):
+    def record(self, epoch, iteration):
         original(self, epoch, iteration)
         seen.append((epoch, self.slope.item(), self.slab_weight.item()))
 
@@ -174,3 +189,132 @@ def test_near_constant_pixels_do_not_break_the_likelihood():
 def test_alpha_one_is_refused_with_the_alternative():
     with pytest.raises(ValueError, match="model='vae'"):
         pyro_sparse.train("vsc", np.random.default_rng(0).normal(size=(50, 4)), alpha=1.0, **QUICK)
+
+
+# ------------------------------------------- the spike-and-slab baseline of Fallah & Rozell (2022)
+
+
+def test_straight_through_guide_draws_exact_codes_and_anneals_the_temperature():
+    guide = SpikeSlabGuide(5, 3, hidden_dims=(4,), spike_estimator="straight_through")
+    assert guide.temperature == 0.5  # finished outside training
+    # Appendix D: τ from 1, times 0.9995 per iteration, floored at 0.5.
+    for iteration, expected in [(0, 1.0), (100, 0.9995**100), (1000, 0.9995**1000), (2000, 0.5)]:
+        guide.schedule(iteration / 10, iteration)
+        assert guide.temperature.item() == pytest.approx(expected)
+        assert guide.posterior(torch.randn(2, 5)).base_dist.temperature == pytest.approx(expected)
+    trace = poutine.trace(guide).get_trace(torch.randn(400, 5))
+    z = trace.nodes["z"]["value"]
+    posterior = trace.nodes["z"]["fn"].base_dist
+    assert posterior.spike_estimator == "straight_through"
+    assert z.requires_grad and (z == 0).any()
+    # Training-time draws are exact: zero or the slab value, never shrunk towards 0.
+    assert ((z == 0) | (z.abs() > 1e-3)).float().mean() > 0.99
+
+
+def test_straight_through_training_runs_and_round_trips(digits, tmp_path):
+    fitted = pyro_sparse.train("vsc", digits, spike_estimator="straight_through", **QUICK)
+    assert np.isfinite(fitted.history_["train_loss"]).all()
+    assert fitted.guide.temperature.item() == pytest.approx(0.9995 ** (3 * 6 - 1))  # 6 steps per epoch
+    fitted.save(tmp_path / "st.pt")
+    loaded = pyro_sparse.load(tmp_path / "st.pt")
+    assert loaded.guide.spike_estimator == "straight_through"
+    assert loaded.guide.temperature.item() == fitted.guide.temperature.item()
+    np.testing.assert_array_equal(loaded.transform(digits), fitted.transform(digits))
+
+
+def sparse_linear_data(num_data=1000, num_features=16, num_atoms=6, active=0.3, noise=0.05, seed=0):
+    """x = A z + noise with unit-norm atoms and spike-and-slab codes, P(z_k != 0) = ``active``."""
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(num_features, num_atoms))
+    A /= np.linalg.norm(A, axis=0)
+    Z = rng.normal(size=(num_data, num_atoms)) * (rng.random((num_data, num_atoms)) < active)
+    X = Z @ A.T + noise * rng.normal(size=(num_data, num_features))
+    return X.astype(np.float32), A, Z
+
+
+LINEAR = dict(decoder="linear", spike_estimator="straight_through", hidden_dims=(64,), batch_size=100,
+              kl_warmup_epochs=0, progress=False)
+
+
+def test_linear_vsc_recovers_a_known_dictionary():
+    # Max-ELBO particles (Fallah & Rozell, Eq. 9) find every atom on seeds 0-2
+    # in 40 epochs; J = 1 needs ~100 epochs and misses one atom on some seeds.
+    X, A, _ = sparse_linear_data()
+    fitted = pyro_sparse.train("vsc", X, latent_dim=6, alpha=0.3, noise_variance=0.01, lr=2e-2, max_epochs=40,
+                               num_particles=5, particle_reduction="max", seed=0, **LINEAR)
+    learned = fitted.guide.point_estimate("A").detach().numpy()
+    cosines = np.abs((learned / np.linalg.norm(learned, axis=0)).T @ A)
+    assert cosines.max(0).min() > 0.95, cosines.max(0)  # every true atom is found
+    codes = fitted.transform(X)
+    error = np.mean((X - codes @ learned.T) ** 2)
+    assert error < 0.5 * np.mean(X**2), (error, np.mean(X**2))  # far better than the all-zero code
+    assert 0.05 < (codes != 0).mean() < 0.4, (codes != 0).mean()  # sparse (the truth: 30%)
+
+
+def test_linear_vsc_has_tvsc_dictionary_prior_and_fixed_noise():
+    X, _, _ = sparse_linear_data(num_data=200)
+    fitted = pyro_sparse.train("vsc", X, latent_dim=6, dictionary_penalty=0.01, noise_variance=0.02,
+                               max_epochs=1, **LINEAR)
+    A = fitted.guide.point_estimate("A").detach()
+    x = torch.as_tensor(X[:5])
+    trace = poutine.trace(poutine.replay(fitted.model, trace=poutine.trace(fitted.guide).get_trace(x))).get_trace(x, 500)
+    # Eq. 11's κ‖A‖² per data point: log prior = -N κ ‖A‖² + const over N = 500 points.
+    prior = trace.nodes["A"]["fn"]
+    a1, a2 = torch.zeros(16, 6), torch.ones(16, 6)
+    torch.testing.assert_close(prior.log_prob(a2) - prior.log_prob(a1), torch.tensor(-500 * 0.01 * 16 * 6))
+    likelihood = trace.nodes["x"]["fn"].base_dist
+    torch.testing.assert_close(likelihood.loc, trace.nodes["z"]["value"] @ A.T)
+    torch.testing.assert_close(likelihood.scale, torch.full((5, 16), 0.02**0.5))
+    assert fitted.model.decoder is None and "A" in fitted.guide.unconstrained
+
+
+def test_linear_vsc_with_vectorised_max_particles():
+    X, _, _ = sparse_linear_data(num_data=300)
+    fitted = pyro_sparse.train("vsc", X, latent_dim=6, num_particles=3, particle_reduction="max", max_epochs=2,
+                               **LINEAR)
+    assert np.isfinite(fitted.history_["train_loss"]).all()
+    x = torch.as_tensor(X[:5])
+    particles = pyro.plate("particles", 3, dim=-2)
+    guide_trace = poutine.trace(particles(fitted.guide)).get_trace(x)
+    trace = poutine.trace(poutine.replay(particles(fitted.model), trace=guide_trace)).get_trace(x)
+    assert trace.nodes["A"]["value"].shape == (3, 1, 16, 6)
+    assert trace.nodes["z"]["value"].shape == (3, 5, 6)
+    assert trace.nodes["x"]["fn"].batch_shape == (3, 5)
+    expected = torch.einsum("jgk,jbk->jbg", trace.nodes["A"]["value"][:, 0], trace.nodes["z"]["value"])
+    torch.testing.assert_close(trace.nodes["x"]["fn"].base_dist.loc, expected)
+    # Mode codes stay exactly sparse.
+    codes, gates = fitted.transform(X), fitted.spike_probabilities(X)
+    np.testing.assert_array_equal(codes == 0, gates <= 0.5)
+    assert np.isfinite(fitted.heldout_log_likelihood(X[:20], 4)).all()
+
+
+def test_bad_linear_vsc_settings_are_named():
+    X, _, _ = sparse_linear_data(num_data=50)
+    for options, message in [
+        (dict(decoder="conv"), "decoder"),
+        (dict(decoder="linear", prior="pseudo_inputs"), "pseudo_inputs"),
+        (dict(decoder="linear", dictionary_penalty=0.0), "dictionary_penalty"),
+        (dict(decoder="linear", noise_variance=-1.0), "noise_variance"),
+        (dict(spike_estimator="gumbel"), "spike_estimator"),
+        (dict(temperature_start=0.4, temperature_end=0.5), "temperature"),
+        (dict(temperature_decay=1.5), "temperature_decay"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            pyro_sparse.train("vsc", X, **{**QUICK, "latent_dim": 3, **options})
+
+
+def test_linear_generator_products_and_bad_shapes():
+    from pyro_sparse.dictionary import LinearGenerator
+
+    generator = LinearGenerator(7, 4, penalty=0.1)
+    (init, _), = generator.point_estimate_sites().values()
+    assert init.shape == (7, 4)
+    A, z = torch.randn(7, 4), torch.randn(5, 4)
+    torch.testing.assert_close(generator(A, z), z @ A.T)
+    particles_A, particles_z = torch.randn(3, 1, 7, 4), torch.randn(3, 5, 4)  # (J, 1, G, K), (J, B, K)
+    expected = torch.einsum("jgk,jbk->jbg", particles_A[:, 0], particles_z)
+    torch.testing.assert_close(generator(particles_A, particles_z), expected)
+    with pytest.raises(ValueError, match="1, G, K"):
+        generator(torch.randn(3, 5, 7, 4), particles_z)
+    with pytest.raises(ValueError, match="dictionary_penalty"):
+        LinearGenerator(7, 4, penalty=0.0)

@@ -1,7 +1,7 @@
 import math
 
 import torch
-from pyro.distributions import TorchDistribution
+from pyro.distributions import RelaxedBernoulliStraightThrough, TorchDistribution
 from torch.distributions import constraints
 from torch.distributions.kl import register_kl
 from torch.distributions.utils import (
@@ -35,12 +35,15 @@ class SpikeAndSlab(TorchDistribution):
     (counting measure at 0) + (Lebesgue measure), so both the point mass and
     the slab have finite log-densities and Monte-Carlo KL estimates between two
     ``SpikeAndSlab`` distributions are valid. :meth:`sample` gives hard draws
-    with exact zeros; :meth:`rsample` gives the paper's relaxed,
-    reparameterised draws (UAI supplement B.1 / ICLR Eq. 24), which are almost
-    surely non-zero and so are scored by the slab branch of :meth:`log_prob`;
-    train with the closed-form KL (registered below, used by
-    :class:`~pyro.infer.TraceMeanField_ELBO`) as the paper does, rather than
-    with ``log_prob`` of relaxed draws.
+    with exact zeros. :meth:`rsample` gives reparameterised draws by one of two
+    estimators of the spike indicator (see there): ``"relaxed"``, the paper's
+    relaxation (UAI supplement B.1 / ICLR Eq. 24), whose draws are almost
+    surely non-zero and so are scored by the slab branch of :meth:`log_prob`,
+    or ``"straight_through"``, hard Bernoulli(γ) indicators in the forward
+    pass with Gumbel-softmax gradients (the spike-and-slab baseline of Fallah
+    & Rozell 2022, Sec. 4.1). Either way, train with the closed-form KL
+    (registered below, used by :class:`~pyro.infer.TraceMeanField_ELBO`) as
+    the papers do, rather than with ``log_prob`` of the draws.
 
     :param torch.Tensor gate: probability γ of the slab (of being non-zero),
         in [0, 1].
@@ -49,8 +52,15 @@ class SpikeAndSlab(TorchDistribution):
     :param torch.Tensor gate_logits: logit of γ; give exactly one of ``gate``
         and ``gate_logits``.
     :param float slope: the constant c of the relaxed step T(y) = sigmoid(c y)
-        used by :meth:`rsample`; a public attribute that may be changed during
-        training (the paper warms it up from 50 to 200, supplement B.2).
+        used by :meth:`rsample` with ``spike_estimator="relaxed"``; a public
+        attribute that may be changed during training (the paper warms it up
+        from 50 to 200, supplement B.2).
+    :param str spike_estimator: how :meth:`rsample` draws the spike indicator:
+        ``"relaxed"`` (default) or ``"straight_through"``.
+    :param float temperature: the temperature τ of the binary Concrete
+        (Gumbel-softmax) relaxation whose gradient the straight-through
+        estimator uses; a public attribute like ``slope`` (Fallah & Rozell,
+        Appendix D, anneal it from 1 to 0.5, the default).
     """
 
     arg_constraints = {
@@ -70,6 +80,8 @@ class SpikeAndSlab(TorchDistribution):
         *,
         gate_logits=None,
         slope=50.0,
+        spike_estimator="relaxed",
+        temperature=0.5,
         validate_args=None,
     ):
         if (gate is None) == (gate_logits is None):
@@ -83,7 +95,13 @@ class SpikeAndSlab(TorchDistribution):
         param = gate if gate is not None else gate_logits
         param, self.loc, self.scale = broadcast_all(param, loc, scale)
         setattr(self, self._param_name, param)
+        if spike_estimator not in ("relaxed", "straight_through"):
+            raise ValueError(
+                f"spike_estimator must be 'relaxed' or 'straight_through', got {spike_estimator!r}"
+            )
+        self.spike_estimator = spike_estimator
         self.slope = slope
+        self.temperature = temperature
         super().__init__(param.shape, torch.Size(), validate_args=validate_args)
 
     @property
@@ -97,6 +115,18 @@ class SpikeAndSlab(TorchDistribution):
         if not value > 0:
             raise ValueError(f"Expected slope > 0, got {value}")
         self._slope = value
+
+    @property
+    def temperature(self):
+        """The temperature τ of the straight-through estimator's relaxation in :meth:`rsample`."""
+        return self._temperature
+
+    @temperature.setter
+    def temperature(self, value):
+        value = float(value)
+        if not value > 0:
+            raise ValueError(f"Expected temperature > 0, got {value}")
+        self._temperature = value
 
     @lazy_property
     def gate(self):
@@ -145,6 +175,8 @@ class SpikeAndSlab(TorchDistribution):
             loc=self.loc.expand(batch_shape),
             scale=self.scale.expand(batch_shape),
             slope=self.slope,
+            spike_estimator=self.spike_estimator,
+            temperature=self.temperature,
             validate_args=False,
             **{self._param_name: param},
         )
@@ -177,21 +209,35 @@ class SpikeAndSlab(TorchDistribution):
 
     def rsample(self, sample_shape=torch.Size()):
         r"""
-        Relaxed reparameterised draw (UAI supplement B.1; ICLR Eq. 24),
+        Reparameterised draw z = b (μ + σ ε), ε ~ N(0, 1), whose spike
+        indicator b depends on ``spike_estimator``:
 
-        .. math:: z = T(\eta - 1 + \gamma)\,(\mu + \sigma \epsilon),
-                  \quad \eta \sim U(0, 1),\ \epsilon \sim \mathcal{N}(0, 1),
+        * ``"relaxed"`` (UAI supplement B.1; ICLR Eq. 24):
+          b = T(η - 1 + γ), η ~ U(0, 1), with T(y) = sigmoid(slope · y). With
+          the hard step T, η ≥ 1 - γ has probability γ, so the indicator is
+          Bernoulli(γ) (supplement B.2); the sigmoid makes it differentiable
+          in γ and tends to the step as ``slope`` → ∞. Draws are almost
+          surely non-zero.
+        * ``"straight_through"`` (Fallah & Rozell 2022, Sec. 4.1; Jang et al.
+          2017): b is the rounded binary Concrete sample
+          sigmoid((logit γ + logit η) / τ), i.e. exactly 1 where
+          logit η > -logit γ, which has probability γ, and 0 otherwise, so
+          the codes are exactly spike-and-slab distributed; the backward pass
+          differentiates the unrounded Concrete sample instead (Pyro's
+          :class:`~pyro.distributions.RelaxedBernoulliStraightThrough` at
+          ``temperature`` τ).
 
-        with T(y) = sigmoid(slope · y). With the hard step T, η ≥ 1 - γ has
-        probability γ, so the spike indicator is Bernoulli(γ) (supplement
-        B.2); the sigmoid makes it differentiable in γ and tends to the step
-        as ``slope`` → ∞. η is drawn before ε.
+        The indicator's uniform η is drawn before ε.
         """
         shape = self._extended_shape(sample_shape)
         loc = self.loc
-        eta = torch.rand(shape, dtype=loc.dtype, device=loc.device)
+        if self.spike_estimator == "straight_through":
+            temperature = torch.tensor(self.temperature, dtype=loc.dtype, device=loc.device)
+            spike = RelaxedBernoulliStraightThrough(temperature, logits=self.gate_logits).rsample(sample_shape)
+        else:
+            eta = torch.rand(shape, dtype=loc.dtype, device=loc.device)
+            spike = torch.sigmoid(self.slope * (eta - 1 + self.gate))
         eps = torch.randn(shape, dtype=loc.dtype, device=loc.device)
-        spike = torch.sigmoid(self.slope * (eta - 1 + self.gate))
         return spike * (loc + self.scale * eps)
 
     @property

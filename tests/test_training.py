@@ -1,0 +1,46 @@
+"""Learning rates by parameter group and their per-epoch decay (training.fit through train())."""
+
+import numpy as np
+import pytest
+import torch
+
+import pyro_sparse
+
+
+@pytest.fixture(scope="module")
+def X():
+    rng = np.random.default_rng(0)
+    codes = rng.laplace(size=(200, 6)) * (rng.random((200, 6)) < 0.3)
+    return (codes @ rng.normal(size=(6, 12)) + 0.1 * rng.normal(size=(200, 12))).astype(np.float32)
+
+
+def fit(X, epochs, **settings):
+    # No KL warm-up: its length depends on max_epochs, so runs of 1 and 2
+    # epochs would differ already in the first epoch.
+    fitted = pyro_sparse.train("tvsc", X, decoder="linear", latent_dim=6, hidden_dims=(16,), max_epochs=epochs,
+                               batch_size=50, lr=1e-2, kl_warmup_epochs=0, progress=False, **settings)
+    encoder = torch.cat([p.detach().flatten() for p in fitted.guide.encoder.parameters()])
+    return fitted._point("A"), encoder.numpy()
+
+
+def test_global_lr_moves_only_the_global_sites(X):
+    frozen_a1, encoder1 = fit(X, 1, global_lr=1e-12)
+    frozen_a2, encoder2 = fit(X, 2, global_lr=1e-12)
+    np.testing.assert_allclose(frozen_a1, frozen_a2, atol=1e-8)
+    assert np.abs(encoder1 - encoder2).max() > 1e-3
+    moving_a1, _ = fit(X, 1)
+    moving_a2, _ = fit(X, 2)
+    assert np.abs(moving_a1 - moving_a2).max() > 1e-3
+
+
+def test_lr_decay_shrinks_every_group_after_each_epoch(X):
+    a1, encoder1 = fit(X, 1, lr_decay=1e-9)
+    a2, encoder2 = fit(X, 2, lr_decay=1e-9)
+    np.testing.assert_allclose(a1, a2, atol=1e-6)
+    np.testing.assert_allclose(encoder1, encoder2, atol=1e-6)
+
+
+@pytest.mark.parametrize("setting", [dict(global_lr=0.0), dict(global_lr=-1.0), dict(lr_decay=0.0), dict(lr_decay=1.5)])
+def test_bad_learning_rate_settings_are_named(X, setting):
+    with pytest.raises(ValueError, match=next(iter(setting))):
+        pyro_sparse.train("tvsc", X, decoder="linear", latent_dim=6, max_epochs=1, progress=False, **setting)
