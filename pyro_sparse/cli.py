@@ -4,6 +4,8 @@ import argparse
 import json
 import os
 import sys
+import warnings
+import zipfile
 
 import numpy as np
 import scipy.sparse as sp
@@ -13,8 +15,9 @@ from pyro_sparse.api import train
 from pyro_sparse.data import DataError
 from pyro_sparse.datasets import synthetic_sparse_dgm
 from pyro_sparse.image_datasets import DatasetNotInstalledError
+from pyro_sparse.nn import DecoderMemoryError
 from pyro_sparse.real_datasets import REAL_DATA
-from pyro_sparse.registry import MODELS
+from pyro_sparse.registry import MODELS, EstimatorEntry
 from pyro_sparse.training import TrainingDivergedError
 
 
@@ -30,12 +33,21 @@ def read_data(source, n=1000, rho=0.6, seed=0):
         raise DataError(f"--data {source!r}: no such file (or use 'synthetic', {', '.join(REAL_DATA)})")
     extension = os.path.splitext(source)[1].lower()
     if extension == ".npy":
-        return np.load(source, allow_pickle=False), None, None, "gaussian"
+        try:
+            return np.load(source, allow_pickle=False), None, None, "gaussian"
+        except (ValueError, OSError) as error:
+            raise DataError(f"{source!r} is not an array written by numpy.save (without pickling): {error}") from None
     if extension == ".npz":
         try:
             return sp.load_npz(source), None, None, "gaussian"
-        except (ValueError, KeyError):
-            with np.load(source, allow_pickle=False) as archive:
+        except (ValueError, KeyError, zipfile.BadZipFile):
+            try:
+                archive = np.load(source, allow_pickle=False)
+            except (ValueError, OSError, zipfile.BadZipFile) as error:
+                raise DataError(
+                    f"{source!r} is not an archive written by numpy.savez or scipy.sparse.save_npz: {error}"
+                ) from None
+            with archive:
                 if len(archive.files) != 1:
                     raise DataError(f"{source!r} holds arrays {archive.files}; save exactly one") from None
                 return archive[archive.files[0]], None, None, "gaussian"
@@ -49,9 +61,13 @@ def read_data(source, n=1000, rho=0.6, seed=0):
         except ValueError:
             names, skip = header, 1
         try:
-            X = np.loadtxt(source, delimiter=delimiter, skiprows=skip, ndmin=2)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # "input contained no data": reported below
+                X = np.loadtxt(source, delimiter=delimiter, skiprows=skip, ndmin=2)
         except ValueError as error:
             raise DataError(f"{source!r} is not a numeric table: {error}") from None
+        if X.size == 0:
+            raise DataError(f"{source!r} has no data rows")
         return X, names, None, "gaussian"
     raise DataError(f"--data {source!r}: use 'synthetic', {', '.join(REAL_DATA)} or a .csv, .tsv, .npy or .npz file")
 
@@ -99,14 +115,49 @@ def _describe(fitted, names, heldout):
     return lines
 
 
+def _image_shape(args, num_features):
+    """``--image-shape height,width`` checked before training, or None."""
+    if args.image_shape is None:
+        return None
+    if isinstance(MODELS[args.model], EstimatorEntry):
+        raise ValueError(f"--image-shape draws latent traversals through a decoder, which {args.model} does not have")
+    sizes = args.image_shape.split(",")
+    shape = tuple(int(size) for size in sizes) if all(size.strip().isdigit() for size in sizes) else ()
+    if len(shape) != 2 or shape[0] * shape[1] != num_features:
+        raise DataError(
+            f"--image-shape {args.image_shape!r}: give height,width with height * width = {num_features} features"
+        )
+    return shape
+
+
+def _figures(fitted, X, names, image_shape):
+    """The figures that apply to ``fitted``, by file name (needs matplotlib)."""
+    from pyro_sparse import plots
+
+    figures = {"loss.png": plots.loss_curve(fitted.history_)}
+    W = _mask(fitted)
+    if W is not None:
+        figures["W.png"] = plots.mask_heatmap(W, names)
+        if np.any(W):
+            figures["top_features.png"] = plots.top_features(W, 10, names)
+    codes = fitted.transform(X)
+    if np.any(codes == 0):  # exactly sparse codes (vsc, tvsc, nmf)
+        figures["sparsity.png"] = plots.sparsity_histograms(codes)
+    if image_shape is not None:
+        figures["traversal.png"] = plots.latent_traversal(fitted, X[:1], image_shape)
+    return figures
+
+
 def _train(args):
     X, names, truth, default_likelihood = read_data(args.data, args.n, args.rho, args.seed)
+    image_shape = _image_shape(args, X.shape[1])
+    os.makedirs(args.out, exist_ok=True)  # before training: a bad --out must not cost a run
     hyper = {}
     for key in ("lambda0", "lambda1", "beta"):
         if getattr(args, key) is not None:
             hyper[key] = getattr(args, key)
     if args.hidden_dims:
-        hyper["hidden_dims"] = tuple(int(h) for h in args.hidden_dims.split(","))
+        hyper["hidden_dims"] = args.hidden_dims
     fitted = train(
         args.model,
         X,
@@ -121,7 +172,6 @@ def _train(args):
         validation_fraction=args.validation_fraction,
         **hyper,
     )
-    os.makedirs(args.out, exist_ok=True)
     fitted.save(os.path.join(args.out, "model.pt"))
     heldout = None if truth is None else synthetic_sparse_dgm(n=args.n, rho=args.rho, seed=args.seed + 10_000)
     lines = _describe(fitted, names, heldout)
@@ -140,18 +190,22 @@ def _train(args):
         json.dump(summary, stream, indent=2)
     written = ["model.pt", "summary.json"]
     try:
-        from pyro_sparse import plots
-
-        plots.loss_curve(fitted.history_).savefig(os.path.join(args.out, "loss.png"), dpi=120)
-        written.append("loss.png")
-        if _mask(fitted) is not None:
-            plots.mask_heatmap(fitted.W_, names).savefig(os.path.join(args.out, "W.png"), dpi=120)
-            written.append("W.png")
+        for name, figure in _figures(fitted, X, names, image_shape).items():
+            figure.savefig(os.path.join(args.out, name), dpi=120)
+            written.append(name)
     except ImportError as error:
         lines.append(f"(no figures: {error})")
     print(f"trained {args.model} on {args.data}: {fitted.num_features} features, final loss {summary['final_train_loss']:.3f}")
     print("\n".join(lines))
     print(f"wrote {', '.join(written)} to {args.out}")
+
+
+def _widths(text):
+    """``--hidden-dims``: comma-separated positive layer widths."""
+    widths = tuple(int(width) for width in text.split(",") if width.strip().isdigit())
+    if len(widths) != len(text.split(",")) or not all(widths):
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated positive widths, e.g. 50,50,50")
+    return widths
 
 
 def build_parser():
@@ -172,7 +226,7 @@ def build_parser():
         help="default: the paper's for a real data set (multinomial for counts and ratings), else gaussian",
     )
     fit.add_argument("--latent-dim", type=int, default=5)
-    fit.add_argument("--hidden-dims", default=None, help="comma-separated widths, e.g. 50,50,50")
+    fit.add_argument("--hidden-dims", type=_widths, default=None, help="comma-separated widths, e.g. 50,50,50")
     fit.add_argument("--epochs", type=int, default=200)
     fit.add_argument("--batch-size", type=int, default=100)
     fit.add_argument("--lr", type=float, default=0.01)
@@ -186,6 +240,10 @@ def build_parser():
     fit.add_argument("--rho", type=float, default=0.6, help="factor correlation for --data synthetic")
     fit.add_argument("--out", default="pyro-sparse-output")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
+    fit.add_argument(
+        "--image-shape", default=None,
+        help="height,width of each data point as an image: also writes latent traversals (traversal.png)",
+    )
     return parser
 
 
@@ -193,7 +251,9 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         _train(args)
-    except (DataError, DatasetNotInstalledError, ValueError, TypeError, TrainingDivergedError) as error:
+    except (
+        DataError, DatasetNotInstalledError, ValueError, TypeError, TrainingDivergedError, DecoderMemoryError, OSError
+    ) as error:
         print(f"pyro-sparse: error: {error}", file=sys.stderr)
         return 2
     return 0

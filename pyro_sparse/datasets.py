@@ -28,8 +28,10 @@ def synthetic_sparse_dgm(n=1000, rho=0.6, seed=0, noise_variance=0.5):
     """
     if not -1 < rho < 1:
         raise ValueError(f"rho must be in (-1, 1), got {rho}")
-    if n < 1:
-        raise ValueError(f"n must be positive, got {n}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if not (np.isfinite(noise_variance) and noise_variance >= 0):
+        raise ValueError(f"noise_variance must be finite and >= 0, got {noise_variance}")
     rng = np.random.default_rng(seed)
     covariance = np.array([[1.0, rho], [rho, 1.0]])
     z = rng.multivariate_normal(np.zeros(2), covariance, size=n)

@@ -113,14 +113,17 @@ def to_arviz(fitted, X, num_samples=100, feature_names=None, batch_size=256):
     :param fitted: a :class:`~pyro_sparse.api.FittedModel`.
     :param X: (N, G) data: numpy array, torch tensor or scipy.sparse matrix.
     :param int num_samples: draws per data point.
-    :param feature_names: G names for the ``feature`` coordinate (default 0..G-1).
+    :param feature_names: G names for the ``feature`` coordinate (default: the
+        names the model was trained with, e.g. an AnnData's ``var_names``, else 0..G-1).
     :param int batch_size: rows traced at once.
     """
     _check_num_samples(num_samples)
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     num_features, latent_dim = fitted.num_features, fitted.config["latent_dim"]
-    feature_names = np.arange(num_features) if feature_names is None else np.asarray(feature_names)
+    if feature_names is None:
+        feature_names = fitted.config.get("feature_names") or np.arange(num_features)
+    feature_names = np.asarray(feature_names)
     if feature_names.shape != (num_features,):
         raise ValueError(f"feature_names must hold {num_features} names, got shape {feature_names.shape}")
     likelihood = fitted.config["likelihood"]

@@ -42,11 +42,25 @@ def initial_noise_variance(feature_variances):
     return (variance / 2).clamp_min(1e-6), constraints.positive
 
 
+class InverseGamma(dist.InverseGamma):
+    """
+    The Inverse-Gamma with its log density in closed form: torch's, through the
+    transformed Gamma, has a gradient that overflows float32 for σ² ≳ 1e13
+    (data in large units).
+    """
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        a, b = self.concentration, self.rate
+        return a * b.log() - torch.lgamma(a) - (a + 1) * value.log() - b / value
+
+
 def sample_noise_variance(num_features, nu, xi, like):
     """The global σ² site (Eq. 60), as a tensor on the same device/dtype as ``like``."""
     concentration = like.new_tensor(nu / 2.0)
     rate = like.new_tensor(nu * xi / 2.0)
-    prior = dist.InverseGamma(concentration, rate).expand([num_features]).to_event(1)
+    prior = InverseGamma(concentration, rate).expand([num_features]).to_event(1)
     return pyro.sample("sigma2", prior)
 
 

@@ -11,7 +11,7 @@ from scipy.special import gammaln, xlogy
 from sklearn.decomposition import NMF, non_negative_factorization
 
 from pyro_sparse import serialization
-from pyro_sparse.data import DataError, DataSummary, as_matrix, check_values
+from pyro_sparse.data import DataError, DataSummary, as_matrix, check_feature_names, check_values, feature_names_of
 
 # The sklearn objective that is the likelihood's negative log, up to constants.
 _LOSSES = {
@@ -152,6 +152,7 @@ class FittedNMF:
         return FittedModel.top_features(self, k, names)
 
     def _check(self, X):
+        check_feature_names(feature_names_of(X), self.config.get("feature_names"))
         matrix = as_matrix(X, name="X")
         if matrix.shape[1] != self.num_features:
             raise DataError(f"X has {matrix.shape[1]} features but the model was trained on {self.num_features}")

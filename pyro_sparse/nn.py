@@ -35,6 +35,48 @@ class FeatureAffine(nn.Module):
         return (y - self.loc) / self.scale
 
 
+class DecoderMemoryError(MemoryError):
+    """One training step's decoder activations would not fit in the device's free memory."""
+
+
+def available_memory_bytes(device):
+    """Free memory on ``device``: CUDA's free memory, else the host's MemAvailable (Linux); None if unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as stream:
+            for line in stream:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_step_memory(module, batch_size, device):
+    """
+    Before training: raise :class:`DecoderMemoryError` if the sparse decoders in
+    ``module`` would need more memory for one step on ``batch_size`` codes (data
+    points times particles) than ``device`` has free, instead of running out of
+    memory mid-step.
+    """
+    decoders = [m for m in module.modules() if isinstance(m, MaskedDecoder)]
+    needed = sum(decoder.step_memory_bytes(batch_size) for decoder in decoders)
+    available = available_memory_bytes(device) if decoders else None
+    if available is not None and needed > available:
+        decoder = decoders[0]
+        raise DecoderMemoryError(
+            f"one training step of the sparse decoder needs about {needed / 2**30:.1f} GiB "
+            f"({batch_size} codes x {sum(decoder.hidden_dims)} hidden units x "
+            f"{decoder.chunk_size(batch_size)} features per chunk, 8 bytes each, plus outputs), "
+            f"but {device} has {available / 2**30:.1f} GiB free; lower batch_size (or num_particles, "
+            "hidden_dims, memory_budget_bytes)"
+        )
+
+
 def mlp(in_dim, hidden_dims, out_dim):
     """A ReLU multilayer perceptron ``in_dim -> hidden_dims... -> out_dim``."""
     layers, width = [], in_dim
@@ -98,10 +140,22 @@ class MaskedDecoder(nn.Module):
     def normalized_first_weight(self):
         return self.first_weight / self.first_weight.norm(dim=0, keepdim=True).clamp_min(1e-12)
 
+    def _bytes_per_feature(self, batch_size):
+        # float32 activations of every hidden layer, kept for backward, and their gradients.
+        return batch_size * sum(self.hidden_dims) * 4 * 2
+
     def chunk_size(self, batch_size):
         """Features per chunk: activations kept for backward (one block per layer) fit the budget."""
-        bytes_per_feature = batch_size * sum(self.hidden_dims) * 4 * 2
-        return max(1, min(self.num_features, self.memory_budget_bytes // max(1, bytes_per_feature)))
+        return max(1, min(self.num_features, self.memory_budget_bytes // max(1, self._bytes_per_feature(batch_size))))
+
+    def step_memory_bytes(self, batch_size):
+        """
+        Estimated peak memory of one forward and backward pass on
+        ``batch_size`` codes: one chunk's activations (at least one feature's,
+        whatever the budget) and the (batch, G) outputs with their gradients.
+        """
+        outputs = batch_size * self.num_features * 4 * 4
+        return self.chunk_size(batch_size) * self._bytes_per_feature(batch_size) + outputs
 
     def _decode_block(self, z, mask, out_weight, out_bias, first_weight):
         # (F, B, K): one masked copy of the batch per feature in the block.

@@ -1,19 +1,29 @@
 """
-Model files: tensors and JSON only, loaded with ``torch.load(weights_only=True)``
-so that opening a file never runs code from it.  A SHA-256 checksum over the
-configuration and every tensor detects truncated, damaged or hand-edited
-files; it is not a signature (no key), so it does not authenticate the author.
+Model files and training checkpoints: tensors and JSON only, loaded with
+``torch.load(weights_only=True)`` so that opening a file never runs code from
+it.  A SHA-256 checksum over the configuration and every tensor detects
+truncated, damaged or hand-edited files; it is not a signature (no key), so it
+does not authenticate the author.
 """
 
 import hashlib
 import json
 import os
 import tempfile
+from typing import NamedTuple
 
 import torch
 
-FORMAT = "pyro_sparse.model"
-FORMAT_VERSION = 1
+
+class FileFormat(NamedTuple):
+    """The format tag and version written into a file, and what to call it in errors."""
+
+    name: str
+    version: int
+    description: str
+
+
+MODEL_FILE = FileFormat("pyro_sparse.model", 1, "pyro_sparse model file")
 
 
 class ModelFileError(ValueError):
@@ -30,7 +40,7 @@ def _checksum(config_json, states):
     return digest.hexdigest()
 
 
-def write(path, config, states):
+def write(path, config, states, file_format=MODEL_FILE):
     """
     Write ``config`` (JSON-able dict) and ``states`` (name -> state dict)
     atomically: a crash mid-write leaves any previous file at ``path`` intact.
@@ -40,8 +50,8 @@ def write(path, config, states):
     config_json = json.dumps(config, sort_keys=True)
     states = {part: {k: v.detach().cpu() for k, v in state.items()} for part, state in states.items()}
     payload = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format": file_format.name,
+        "format_version": file_format.version,
         "library_version": __version__,
         "config_json": config_json,
         "states": states,
@@ -63,25 +73,25 @@ def write(path, config, states):
         raise
 
 
-def read(path):
+def read(path, file_format=MODEL_FILE):
     """The ``(config, states)`` written by :func:`write`, after every check."""
     path = os.fspath(path)
+    name, version, description = file_format
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"no model file at {path!r}")
+        raise FileNotFoundError(f"no {description} at {path!r}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises several types for bad or unsafe files
         raise ModelFileError(
-            f"{path!r} is not a readable pyro_sparse model file (it may be truncated, "
+            f"{path!r} is not a readable {description} (it may be truncated, "
             f"corrupt, or contain objects other than tensors, which are refused): {error}"
         ) from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise ModelFileError(f"{path!r} is not a pyro_sparse model file")
-    version = payload.get("format_version")
-    if version != FORMAT_VERSION:
+    if not isinstance(payload, dict) or payload.get("format") != name:
+        raise ModelFileError(f"{path!r} is not a {description}")
+    if payload.get("format_version") != version:
         raise ModelFileError(
-            f"{path!r} has model-file format version {version}, this library reads version "
-            f"{FORMAT_VERSION}; load it with pyro_sparse {payload.get('library_version')} and refit"
+            f"{path!r} has {description} format version {payload.get('format_version')}, this library "
+            f"reads version {version}; load it with pyro_sparse {payload.get('library_version')} and refit"
         )
     try:
         config_json, states = payload["config_json"], payload["states"]

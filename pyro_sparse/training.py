@@ -2,17 +2,90 @@
 
 import copy
 import math
+import warnings
 
 import torch
 from tqdm.auto import tqdm
 
+from pyro_sparse import checkpoints
 from pyro_sparse.data import minibatches
 from pyro_sparse.evaluation import log_importance_weights
 from pyro_sparse.handlers import scale_local_latents
 
 
 class TrainingDivergedError(RuntimeError):
-    """The loss became NaN or infinite."""
+    """
+    The loss or a parameter became NaN or infinite.  ``history`` holds the
+    losses up to the last good epoch; :func:`pyro_sparse.train` adds
+    ``fitted``, the model as it was then.
+    """
+
+    def __init__(self, message, history=None):
+        super().__init__(message)
+        self.history = history
+
+
+def _diverged(loop, what):
+    return TrainingDivergedError(f"training diverged at epoch {loop.epoch}, step {loop.step}: {what}")
+
+
+def _check_finite(tensors, what, loop):
+    # One device sync for all tensors.
+    if not torch.stack([torch.isfinite(t).all() for t in tensors]).all():
+        raise _diverged(loop, f"{what} became NaN/inf")
+
+
+def _differentiable_loss(elbo, model, guide, x, num_data, loop):
+    try:
+        loss = elbo.differentiable_loss(model, guide, x, num_data)
+    except ValueError as error:
+        # Finite but huge parameters overflow inside the networks; the first
+        # to notice is a distribution's argument check.
+        if "found invalid values" not in str(error):
+            raise
+        check = str(error).split(", but found")[0]
+        raise _diverged(loop, f"a distribution got arguments outside its support ({check})") from None
+    _check_finite([loss], "the loss", loop)
+    return loss
+
+
+def _finish(model, guide, loop, early_stopping):
+    if early_stopping and loop.best_state is not None:
+        model.load_state_dict(loop.best_state[0])
+        guide.load_state_dict(loop.best_state[1])
+    model.eval()
+    guide.eval()
+
+
+def _stop_at_last_good(error, advice, last_good, live, checkpoint, early_stopping):
+    """Put the run back to ``last_good`` (saved, if checkpointing) and return the error to raise."""
+    model, guide = live[:2]
+    loop = checkpoints.restore(last_good, *live)
+    saved = ""
+    if checkpoint is not None:
+        checkpoint.save(last_good)
+        saved = f" and saved in the checkpoint {str(checkpoint.path)!r}"
+    _finish(model, guide, loop, early_stopping)
+    return TrainingDivergedError(
+        f"{error}; {advice}. The model is back at the end of epoch {loop.epoch}{saved}", history=loop.history
+    )
+
+
+def _roll_back(error, last_good, live, max_rollbacks):
+    """Restore ``last_good`` with every learning rate half of what it was when training diverged."""
+    optimizer = live[2]
+    halved = [group["lr"] / 2 for group in optimizer.param_groups]
+    rollbacks = last_good.config["loop"]["rollbacks"] + 1
+    loop = checkpoints.restore(last_good, *live)
+    loop.rollbacks = rollbacks
+    for group, halved_lr in zip(optimizer.param_groups, halved):
+        group["lr"] = halved_lr
+    warnings.warn(
+        f"{error}; rolled back to the end of epoch {loop.epoch} and halved the learning rates to {halved} "
+        f"(rollback {rollbacks} of {max_rollbacks})",
+        stacklevel=3,
+    )
+    return loop
 
 
 def _hooked_sites(model, guide):
@@ -59,6 +132,10 @@ def fit(
     progress=False,
     early_stopping=None,
     kl_warmup_epochs=0,
+    on_divergence="raise",
+    max_rollbacks=3,
+    checkpoint=None,
+    resume=None,
 ):
     """
     Fit ``model``/``guide`` by stochastic variational inference.
@@ -82,11 +159,22 @@ def fit(
         the prior.
     :param int early_stopping: patience in epochs on the validation loss
         (needs ``validation_matrix``); the best state is restored at the end.
+    :param str on_divergence: what to do when the loss or a parameter or
+        buffer becomes NaN/inf (checked after every step): ``"raise"`` puts
+        the modules back to their state at the end of the last good epoch (the
+        best one if early stopping) and raises :class:`TrainingDivergedError`;
+        ``"rollback"`` goes back to the start of the epoch, halves every
+        learning rate and trains on, at most ``max_rollbacks`` times in a run.
+    :param checkpoint: a :class:`~pyro_sparse.checkpoints.Checkpointer` that
+        saves the run every ``checkpoint.every`` epochs and when it ends.
+    :param resume: a :class:`~pyro_sparse.checkpoints.Snapshot` to go on from.
     :returns: history dict with per-epoch ``train_loss`` (full -ELBO / N) and
         ``validation_loss`` (-ELBO per validation point).
     """
     if early_stopping and validation_matrix is None:
         raise ValueError("early_stopping needs validation data (set validation_fraction > 0)")
+    if on_divergence not in ("raise", "rollback"):
+        raise ValueError(f"on_divergence must be 'raise' or 'rollback', got {on_divergence!r}")
     params = list({id(p): p for p in (*model.parameters(), *guide.parameters())}.values())
     global_ids = {id(p) for p in guide.unconstrained.values()}
     groups = [
@@ -98,67 +186,75 @@ def fit(
     hooked = _hooked_sites(model, guide)
     for prior, param in hooked:
         prior.update(param)
+    live = (model, guide, optimizer, scheduler, generator)
+    loop = checkpoints.LoopState() if resume is None else checkpoints.restore(resume, *live)
+    # Restored after a divergence, and written to the checkpoint file.
+    last_good = checkpoints.capture(loop, *live)
+    watched = [t for t in (*params, *model.buffers(), *guide.buffers()) if t.is_floating_point()]
     num_data = train_matrix.shape[0]
-    history = {"train_loss": [], "validation_loss": []}
-    best = (math.inf, None)
-    epochs_without_improvement = 0
     steps_per_epoch = math.ceil(num_data / batch_size)
     kl_warmup_steps = max(1.0, kl_warmup_epochs * steps_per_epoch)
-    step = 0
     # Modules with training schedules (e.g. a relaxation slope warm-up) define
     # ``schedule(epoch, iteration)``, called before every step with the
     # fractional epoch and the number of steps taken so far.
     scheduled = [m for m in (model, guide) if hasattr(m, "schedule")]
-    for epoch in tqdm(range(max_epochs), disable=not progress, desc="epochs"):
+    bar = tqdm(total=max_epochs, initial=loop.epoch, disable=not progress, desc="epochs")
+    while loop.epoch < max_epochs:
         model.train()
         guide.train()
         epoch_loss, num_steps = 0.0, 0
-        for x in minibatches(train_matrix, batch_size, generator, device):
-            for module in scheduled:
-                module.schedule(step / steps_per_epoch, step)
-            optimizer.zero_grad(set_to_none=True)
-            try:
-                with scale_local_latents(min(1.0, (step + 1) / kl_warmup_steps)):
-                    loss = elbo.differentiable_loss(model, guide, x, num_data)
-            except ValueError:
-                # Non-finite parameters surface as distribution argument errors.
-                if all(torch.isfinite(p).all() for p in params):
-                    raise
-                loss = torch.tensor(float("nan"))
-            if not torch.isfinite(loss):
-                raise TrainingDivergedError(
-                    f"training diverged at epoch {epoch}: the loss or a parameter became NaN/inf; "
+        try:
+            for x in minibatches(train_matrix, batch_size, generator, device):
+                for module in scheduled:
+                    module.schedule(loop.step / steps_per_epoch, loop.step)
+                optimizer.zero_grad(set_to_none=True)
+                with scale_local_latents(min(1.0, (loop.step + 1) / kl_warmup_steps)):
+                    loss = _differentiable_loss(elbo, model, guide, x, num_data, loop)
+                loss.backward()
+                for prior, param in hooked:
+                    prior.before_step(param)
+                optimizer.step()
+                loop.step += 1
+                for prior, param in hooked:
+                    step_sizes, group_lr = adam_step_sizes(optimizer, param)
+                    prior.after_step(param, step_sizes, group_lr)
+                _check_finite(watched, "a parameter", loop)
+                epoch_loss += loss.item()
+                num_steps += 1
+        except TrainingDivergedError as error:
+            if on_divergence == "raise" or loop.rollbacks >= max_rollbacks:
+                bar.close()
+                advice = (
+                    "lower lr, check the data, or pass on_divergence='rollback'"
+                    if on_divergence == "raise"
+                    else f"{max_rollbacks} rollbacks with halved learning rates did not help; "
                     "lower lr or check the data"
                 )
-            loss.backward()
-            for prior, param in hooked:
-                prior.before_step(param)
-            optimizer.step()
-            step += 1
-            for prior, param in hooked:
-                step_sizes, group_lr = adam_step_sizes(optimizer, param)
-                prior.after_step(param, step_sizes, group_lr)
-            epoch_loss += loss.item()
-            num_steps += 1
-        scheduler.step()
-        history["train_loss"].append(epoch_loss / num_steps / num_data)
-        if validation_matrix is None:
+                raise _stop_at_last_good(error, advice, last_good, live, checkpoint, early_stopping) from None
+            loop = _roll_back(error, last_good, live, max_rollbacks)
+            last_good = checkpoints.capture(loop, *live)
             continue
-        model.eval()
-        guide.eval()
-        validation_loss = mean_negative_elbo(model, guide, validation_matrix, batch_size, device)
-        history["validation_loss"].append(validation_loss)
-        if validation_loss < best[0]:
-            state = copy.deepcopy((model.state_dict(), guide.state_dict())) if early_stopping else None
-            best = (validation_loss, state)
-            epochs_without_improvement = 0
-        else:
-            epochs_without_improvement += 1
-            if early_stopping and epochs_without_improvement >= early_stopping:
-                break
-    if early_stopping and best[1] is not None:
-        model.load_state_dict(best[1][0])
-        guide.load_state_dict(best[1][1])
-    model.eval()
-    guide.eval()
-    return history
+        scheduler.step()
+        loop.history["train_loss"].append(epoch_loss / num_steps / num_data)
+        if validation_matrix is not None:
+            model.eval()
+            guide.eval()
+            validation_loss = mean_negative_elbo(model, guide, validation_matrix, batch_size, device)
+            loop.history["validation_loss"].append(validation_loss)
+            if validation_loss < loop.best_loss:
+                loop.best_loss = validation_loss
+                loop.best_state = copy.deepcopy((model.state_dict(), guide.state_dict())) if early_stopping else None
+                loop.epochs_without_improvement = 0
+            else:
+                loop.epochs_without_improvement += 1
+        loop.epoch += 1
+        bar.update()
+        stop = bool(early_stopping) and loop.epochs_without_improvement >= early_stopping
+        last_good = checkpoints.capture(loop, *live)
+        if checkpoint is not None and (stop or loop.epoch == max_epochs or loop.epoch % checkpoint.every == 0):
+            checkpoint.save(last_good)
+        if stop:
+            break
+    bar.close()
+    _finish(model, guide, loop, early_stopping)
+    return loop.history

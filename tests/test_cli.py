@@ -17,7 +17,7 @@ QUICK = ["--epochs", "2", "--latent-dim", "3", "--hidden-dims", "8,8", "--quiet"
 def test_train_on_synthetic_writes_model_summary_and_figures(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--model", "ssl_dgm", "--data", "synthetic", "--n", "200", "--out", str(out), *QUICK]) == 0
-    assert {p.name for p in out.iterdir()} == {"model.pt", "summary.json", "loss.png", "W.png"}
+    assert {p.name for p in out.iterdir()} == {"model.pt", "summary.json", "loss.png", "W.png", "top_features.png"}
     summary = json.loads((out / "summary.json").read_text())
     assert np.asarray(summary["W"]).shape == (7, 3)
     assert len(summary["eta"]) == 3

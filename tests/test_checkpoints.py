@@ -1,0 +1,336 @@
+"""Divergence handling, checkpoints and resume (pyro_sparse.checkpoints through train())."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import pyro_sparse
+from pyro_sparse import checkpoints, serialization, training
+from pyro_sparse.checkpoints import CheckpointError
+from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse.training import TrainingDivergedError
+
+# 200 points in batches of 50: 4 steps per epoch.  The KL warm-up is given
+# explicitly because its default depends on max_epochs.
+TINY = dict(latent_dim=3, batch_size=50, hidden_dims=(8,), kl_warmup_epochs=2, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Bit-for-bit comparisons need the same reduction order in every run.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def X():
+    return synthetic_sparse_dgm(n=200, rho=0.3, seed=0).X
+
+
+def states(fitted):
+    return {**{f"model.{k}": v for k, v in fitted.model.state_dict().items()},
+            **{f"guide.{k}": v for k, v in fitted.guide.state_dict().items()}}
+
+
+def assert_same_state(a, b):
+    a, b = states(a), states(b)
+    assert a.keys() == b.keys()
+    different = [key for key in a if not torch.equal(a[key], b[key])]
+    assert not different, f"differ: {different}"
+
+
+def interrupt_at_step(monkeypatch, step):
+    """Make the ``step``-th optimizer step raise KeyboardInterrupt, as a Ctrl-C would."""
+    original, calls = torch.optim.Adam.step, [0]
+
+    def step_or_stop(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == step:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", step_or_stop)
+
+
+def poison_steps(monkeypatch, steps):
+    """Fill a parameter with NaN right after each optimizer step whose number is in ``steps``."""
+    original, calls = torch.optim.Adam.step, [0]
+
+    def poisoned_step(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        calls[0] += 1
+        if calls[0] in steps:
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("nan"))
+        return result
+
+    monkeypatch.setattr(torch.optim.Adam, "step", poisoned_step)
+
+
+# ------------------------------------------------------------------ resume
+
+
+RUNS = {
+    # SSL prior: E-step buffers, the proximal step's gradient average, per-group lr with decay.
+    "ssl_dgm": dict(model="ssl_dgm", global_lr=0.02, lr_decay=0.9),
+    # Horseshoe hyperparameter sweeps; a validation split with early stopping (best state).
+    "horseshoe": dict(model="ssl_dgm", w_prior="horseshoe", validation_fraction=0.2, early_stopping=5),
+    # Spike-and-slab codes with slope / pre-training schedules and two particles.
+    "vsc": dict(model="vsc", slope_warmup_epochs=2, pretrain_epochs=1, num_particles=2),
+    # Thresholded codes with the scale warm-up schedule and a linear dictionary.
+    "tvsc": dict(model="tvsc", decoder="linear", global_lr=0.05),
+    # Group lasso on the latent-to-group maps.
+    "oi_vae": dict(model="oi_vae", lam=50.0),
+}
+
+
+@pytest.mark.parametrize("run", RUNS, ids=list(RUNS))
+def test_interrupted_and_resumed_run_equals_uninterrupted(X, run, tmp_path, monkeypatch):
+    settings = {**TINY, "max_epochs": 3, **RUNS[run]}
+    uninterrupted = pyro_sparse.train(data=X, **settings)
+    path = tmp_path / "run.ckpt"
+    with monkeypatch.context() as patch:
+        interrupt_at_step(patch, 7)  # the third step of the second epoch
+        with pytest.raises(KeyboardInterrupt):
+            pyro_sparse.train(data=X, checkpoint_path=path, **settings)
+    resumed = pyro_sparse.train(data=X, resume_from=path, **settings)
+    assert_same_state(resumed, uninterrupted)
+    assert resumed.history_ == uninterrupted.history_
+
+
+def test_checkpoint_holds_the_whole_training_state(X, tmp_path):
+    path = tmp_path / "run.ckpt"
+    pyro_sparse.train("ssl_dgm", X, max_epochs=3, checkpoint_path=path, checkpoint_every=2, **TINY)
+    payload = torch.load(path, weights_only=True)  # tensors and plain containers only
+    assert payload["format"] == "pyro_sparse.checkpoint"
+    stored = payload["states"]
+    assert {"site_priors.W.eta", "site_priors.W.inclusion_probs", "site_priors.W.num_steps"} <= stored["model"].keys()
+    assert {"unconstrained.W", "unconstrained.sigma2"} <= stored["guide"].keys()
+    assert {"torch", "numpy", "python", "minibatches"} <= stored["rng"].keys()
+    assert {key.split(".", 1)[1] for key in stored["optimizer"]} == {"step", "exp_avg", "exp_avg_sq"}
+    config, _ = serialization.read(path, checkpoints.CHECKPOINT_FILE)
+    loop = config["loop"]
+    assert loop["epoch"] == 3 and loop["step"] == 12  # written at the end, not only every 2 epochs
+    assert len(loop["history"]["train_loss"]) == 3
+    assert [group["lr"] for group in config["optimizer_groups"]] == [0.01, 0.01]
+    assert config["run"]["model"] == "ssl_dgm"
+
+
+CHILD = """
+import json, os, sys, time
+import torch
+import pyro_sparse
+from pyro_sparse.datasets import synthetic_sparse_dgm
+
+torch.set_num_threads(1)
+checkpoint, marker, settings = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+original, steps_after_checkpoint = torch.optim.Adam.step, [0]
+
+def step(self, *args, **kwargs):
+    # Numerically the same step; once a checkpoint exists the run slows down
+    # and, after one more step, tells the test it may kill it mid-epoch.
+    result = original(self, *args, **kwargs)
+    if os.path.exists(checkpoint):
+        steps_after_checkpoint[0] += 1
+        if steps_after_checkpoint[0] == 2:
+            open(marker, "w").close()
+        time.sleep(0.5)
+    return result
+
+torch.optim.Adam.step = step
+X = synthetic_sparse_dgm(n=200, rho=0.3, seed=0).X
+pyro_sparse.train("ssl_dgm", X, checkpoint_path=checkpoint, checkpoint_every=2, **settings)
+"""
+
+
+def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(X, tmp_path):
+    settings = {**TINY, "max_epochs": 5}
+    checkpoint, marker, log = tmp_path / "run.ckpt", tmp_path / "killed-here", tmp_path / "child.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    with open(log, "w") as output:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(checkpoint), str(marker), json.dumps(settings)],
+            env=env, stdout=output, stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert marker.exists(), f"the child never reached the kill point:\n{log.read_text()}"
+            child.send_signal(signal.SIGKILL)
+        finally:
+            child.kill()
+            child.wait()
+    assert child.returncode == -signal.SIGKILL
+    config, _ = serialization.read(checkpoint, checkpoints.CHECKPOINT_FILE)
+    assert config["loop"]["epoch"] == 2  # killed two steps into the third epoch
+    resumed = pyro_sparse.train("ssl_dgm", X, resume_from=checkpoint, **settings)
+    uninterrupted = pyro_sparse.train("ssl_dgm", X, **settings)
+    assert_same_state(resumed, uninterrupted)
+    assert resumed.history_ == uninterrupted.history_
+
+
+def test_crash_while_writing_keeps_the_previous_checkpoint(X, tmp_path, monkeypatch):
+    path = tmp_path / "run.ckpt"
+    pyro_sparse.train("ssl_dgm", X, max_epochs=2, checkpoint_path=path, **TINY)
+    before = path.read_bytes()
+    real_save = torch.save
+
+    def write_half_then_fail(obj, stream, *args, **kwargs):
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        stream.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+        stream.flush()
+        raise OSError("No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "save", write_half_then_fail)
+        with pytest.raises(OSError, match="No space left"):
+            pyro_sparse.train("ssl_dgm", X, max_epochs=3, checkpoint_path=path, resume_from=path, **TINY)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["run.ckpt"]
+    # The old checkpoint still resumes, and extending a run to 3 epochs equals running 3.
+    resumed = pyro_sparse.train("ssl_dgm", X, max_epochs=3, resume_from=path, **TINY)
+    assert_same_state(resumed, pyro_sparse.train("ssl_dgm", X, max_epochs=3, **TINY))
+
+
+def test_a_checkpoint_of_another_run_is_refused(X, tmp_path):
+    path = tmp_path / "run.ckpt"
+    fitted = pyro_sparse.train("ssl_dgm", X, max_epochs=1, checkpoint_path=path, **TINY)
+    cases = [
+        (dict(model="vae"), "is of model 'ssl_dgm', this run trains 'vae'"),
+        (dict(data=X[:, :6]), "data with 7 features, this data has 6"),
+        (dict(data=X[:150]), "200 training points, this run has 150"),
+        (dict(validation_fraction=0.2), "validation_fraction"),
+        (dict(lambda0=20.0), r"different settings \(lambda0\)"),
+        (dict(seed=1, latent_dim=4), r"different settings \(latent_dim, seed\)"),
+        (dict(data=X + 1.0), "different data of the same shape"),
+    ]
+    for change, message in cases:
+        arguments = {"model": "ssl_dgm", "data": X, "max_epochs": 2, **TINY, **change}
+        with pytest.raises(CheckpointError, match=message):
+            pyro_sparse.train(resume_from=path, **arguments)
+    fitted.save(tmp_path / "model.pt")
+    with pytest.raises(CheckpointError, match="not a pyro_sparse training checkpoint"):
+        pyro_sparse.train("ssl_dgm", X, resume_from=tmp_path / "model.pt", max_epochs=2, **TINY)
+    payload = torch.load(path, weights_only=True)
+    payload["states"]["model"]["site_priors.W.eta"] += 0.1
+    torch.save(payload, tmp_path / "altered.ckpt")
+    with pytest.raises(CheckpointError, match="checksum"):
+        pyro_sparse.train("ssl_dgm", X, resume_from=tmp_path / "altered.ckpt", max_epochs=2, **TINY)
+    with pytest.raises(FileNotFoundError, match="no pyro_sparse training checkpoint"):
+        pyro_sparse.train("ssl_dgm", X, resume_from=tmp_path / "missing.ckpt", max_epochs=2, **TINY)
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        (dict(on_divergence="ignore"), "on_divergence"),
+        (dict(max_rollbacks=-1), "max_rollbacks"),
+        (dict(checkpoint_every=0), "checkpoint_every"),
+    ],
+)
+def test_bad_reliability_settings_are_named(X, setting, message):
+    with pytest.raises(ValueError, match=message):
+        pyro_sparse.train("ssl_dgm", X, max_epochs=1, **TINY, **setting)
+
+
+# ------------------------------------------------------------------ divergence
+
+
+def test_nan_parameter_stops_at_that_step_with_the_last_good_model_saved(X, tmp_path, monkeypatch):
+    path = tmp_path / "run.ckpt"
+    with monkeypatch.context() as patch:
+        poison_steps(patch, {6})  # the second step of the second epoch
+        with pytest.raises(TrainingDivergedError, match="epoch 1, step 6: a parameter became NaN/inf") as caught:
+            pyro_sparse.train("ssl_dgm", X, max_epochs=3, checkpoint_path=path, checkpoint_every=5, **TINY)
+    assert str(path) in str(caught.value)
+    # The model is usable and equal to a clean run stopped after the last good epoch.
+    after_one_epoch = pyro_sparse.train("ssl_dgm", X, max_epochs=1, **TINY)
+    fitted = caught.value.fitted
+    assert_same_state(fitted, after_one_epoch)
+    assert fitted.history_ == after_one_epoch.history_
+    assert np.isfinite(fitted.transform(X)).all()
+    # The checkpoint written on divergence holds that state; resuming it (here
+    # without the fault) finishes like a run that never diverged.
+    assert_same_state(pyro_sparse.train("ssl_dgm", X, max_epochs=1, resume_from=path, **TINY), after_one_epoch)
+    resumed = pyro_sparse.train("ssl_dgm", X, max_epochs=3, resume_from=path, **TINY)
+    assert_same_state(resumed, pyro_sparse.train("ssl_dgm", X, max_epochs=3, **TINY))
+
+
+@pytest.mark.filterwarnings("ignore:Encountered NaN")
+def test_nan_loss_stops_at_that_step(X, monkeypatch):
+    original, calls = training.scale_local_latents, [0]
+
+    def nan_kl_weight(factor):
+        calls[0] += 1
+        return original(float("nan") if calls[0] == 3 else factor)
+
+    monkeypatch.setattr(training, "scale_local_latents", nan_kl_weight)
+    with pytest.raises(TrainingDivergedError, match="epoch 0, step 2: the loss became NaN/inf"):
+        pyro_sparse.train("vae", X, max_epochs=2, **TINY)
+
+
+def test_overflowing_parameters_are_a_divergence_not_a_torch_traceback(X, monkeypatch):
+    original, calls = torch.optim.Adam.step, [0]
+
+    def blow_up(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        calls[0] += 1
+        if calls[0] == 2:
+            with torch.no_grad():
+                for param in self.param_groups[0]["params"]:
+                    param.mul_(1e18)  # finite, but the networks' outputs overflow
+        return result
+
+    monkeypatch.setattr(torch.optim.Adam, "step", blow_up)
+    with pytest.raises(TrainingDivergedError, match="step 2: a distribution got arguments outside its supp"):
+        pyro_sparse.train("ssl_dgm", X, max_epochs=2, **TINY)
+
+
+def test_divergence_with_early_stopping_keeps_the_best_epoch(X, monkeypatch):
+    settings = {**TINY, "validation_fraction": 0.2, "early_stopping": 10}  # 160 training points: 4 steps per epoch
+    with monkeypatch.context() as patch:
+        poison_steps(patch, {14})
+        with pytest.raises(TrainingDivergedError, match="epoch 3") as caught:
+            pyro_sparse.train("vae", X, max_epochs=5, **settings)
+    best_of_three = pyro_sparse.train("vae", X, max_epochs=3, **settings)
+    assert_same_state(caught.value.fitted, best_of_three)
+
+
+def test_rollback_halves_the_learning_rates_and_trains_on(X, tmp_path, monkeypatch):
+    path = tmp_path / "run.ckpt"
+    with monkeypatch.context() as patch:
+        poison_steps(patch, {6})
+        with pytest.warns(UserWarning, match=r"step 6: a parameter became NaN/inf; rolled back to the end of epoch 1"):
+            fitted = pyro_sparse.train(
+                "tvsc", X, decoder="linear", global_lr=0.05, max_epochs=3, on_divergence="rollback",
+                checkpoint_path=path, **TINY,
+            )
+    assert len(fitted.history_["train_loss"]) == 3
+    assert all(torch.isfinite(v).all() for v in states(fitted).values() if v.is_floating_point())
+    config, _ = serialization.read(path, checkpoints.CHECKPOINT_FILE)
+    assert [group["lr"] for group in config["optimizer_groups"]] == [0.005, 0.025]
+    assert config["loop"]["rollbacks"] == 1 and config["loop"]["step"] == 12
+
+
+def test_rollback_gives_up_after_max_rollbacks(X, monkeypatch):
+    poison_steps(monkeypatch, set(range(1, 100)))
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        with pytest.raises(TrainingDivergedError, match="2 rollbacks with halved learning rates") as caught:
+            pyro_sparse.train("vae", X, max_epochs=2, on_divergence="rollback", max_rollbacks=2, **TINY)
+    assert sum("rolled back" in str(w.message) for w in warned) == 2
+    assert caught.value.fitted.history_["train_loss"] == []  # no epoch was good: the initial model
+    assert np.isfinite(caught.value.fitted.transform(X)).all()
