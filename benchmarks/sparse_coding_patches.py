@@ -421,7 +421,8 @@ def gradient_snrs(fitted, X, J, reduction, vectorize, draws, max_encoder_params,
         p.grad = None
     out = {}
     for name, grads in (("encoder", np.stack(enc_grads)), ("dictionary", np.stack(dict_grads))):
-        varying = grads.std(axis=0) > 0
+        # Exact comparison: a float32 std of identical values can round to > 0.
+        varying = (grads != grads[:1]).any(axis=0)
         out[f"snr_{name}"] = metrics.gradient_snr(grads)
         # A parameter whose gradient is the same in every draw (e.g. an unused atom, whose only gradient is
         # the deterministic Frobenius term) has SNR = inf, which makes the plain mean inf; this one leaves
