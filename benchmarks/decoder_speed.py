@@ -11,7 +11,8 @@ against, in the same run:
   per-feature (H -> 1) rows, each forward and its two backward products.
 
 Reports ms/step, achieved GFLOP/s and decoder time / matmul time (target
-≤ 1.3).  ``--memory`` runs each G in a fresh process and reports peak resident
+≤ 1.3), and the time of decoding a random quarter of the features (feature
+subsampling; target: all / G/4 close to 4).  ``--memory`` runs each G in a fresh process and reports peak resident
 memory with a fixed chunk budget, which should not grow with G.
 
     python benchmarks/decoder_speed.py                  # G in {300, 1000}, K=50, H=300, batch 128
@@ -102,6 +103,8 @@ def speed(args):
             return step
 
         sparse_s = timed(backward_of(lambda: decoder(z, mask)), device, args.repeats)
+        visited = torch.randperm(features, device=device)[: features // 4]
+        subsampled_s = timed(backward_of(lambda: decoder(z, mask, visited)), device, args.repeats)
         loop_s = timed(backward_of(lambda: per_feature_loop(decoder, z, mask)), device, max(3, args.repeats // 3))
         dense_s = timed(backward_of(lambda: dense(z)), device, args.repeats)
         block = features if device.type == "cuda" else max(1, decoder.block_rows // args.batch)
@@ -114,6 +117,7 @@ def speed(args):
             "matmul_ms": 1e3 * roofline_s, "sparse_gflops": work / sparse_s / 1e9,
             "matmul_gflops": work / roofline_s / 1e9, "sparse_over_matmul": sparse_s / roofline_s,
             "loop_over_sparse": loop_s / sparse_s, "sparse_over_vae": sparse_s / dense_s,
+            "subsampled_ms": 1e3 * subsampled_s, "full_over_subsampled": sparse_s / subsampled_s,
         })
     print("| device | G | sparse ms | per-feature loop ms | VAE decoder ms | matmul ms | sparse GFLOP/s | matmul GFLOP/s | sparse / matmul | loop / sparse | sparse / VAE |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -121,6 +125,11 @@ def speed(args):
         print(f"| {r['device']} | {r['G']} | {r['sparse_ms']:.1f} | {r['per_feature_loop_ms']:.1f} | {r['vae_decoder_ms']:.2f} | "
               f"{r['matmul_ms']:.1f} | {r['sparse_gflops']:.1f} | {r['matmul_gflops']:.1f} | {r['sparse_over_matmul']:.2f} | "
               f"{r['loop_over_sparse']:.1f} | {r['sparse_over_vae']:.0f} |")
+    print("\nFeature subsampling (SparseDGM feature_subsample_size): decoding G/4 random features")
+    print("| device | G | all features ms | G/4 features ms | all / G/4 |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['device']} | {r['G']} | {r['sparse_ms']:.1f} | {r['subsampled_ms']:.1f} | {r['full_over_subsampled']:.2f} |")
     return rows
 
 

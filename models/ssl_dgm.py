@@ -9,6 +9,7 @@ from torch.distributions import constraints
 
 from pyro_sparse.handlers import data_plate
 from pyro_sparse.likelihoods import (
+    check_feature_subsample_size,
     check_likelihood,
     initial_noise_variance,
     observation,
@@ -57,6 +58,13 @@ class SparseDGM(nn.Module):
     :param float noise_nu: ν of the σ² prior.
     :param float noise_xi: ξ of the σ² prior (calibrated from data by ``train``).
     :param int memory_budget_bytes: activation memory of one decoder chunk.
+    :param int feature_subsample_size: if set, each training pass decodes and
+        scores only this many features, drawn uniformly at random, with their
+        log-likelihood scaled by G/|S|: an unbiased estimate of the ELBO and
+        its gradients at about |S|/G of the decoder's cost (the σ² and W
+        priors stay global and unscaled).  Evaluation (``model.eval()``) uses
+        all features.  Not for the multinomial likelihood, whose softmax
+        normaliser couples all features.
     """
 
     def __init__(
@@ -77,10 +85,14 @@ class SparseDGM(nn.Module):
         noise_nu=3.0,
         noise_xi=1.0,
         memory_budget_bytes=2**30,
+        feature_subsample_size=None,
     ):
         super().__init__()
         self.num_features, self.latent_dim = num_features, latent_dim
         self.likelihood = check_likelihood(likelihood)
+        self.feature_subsample_size = check_feature_subsample_size(
+            feature_subsample_size, num_features, self.likelihood
+        )
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
         self.beta = float(beta)
@@ -89,6 +101,13 @@ class SparseDGM(nn.Module):
         self.decoder = MaskedDecoder(num_features, latent_dim, hidden_dims, memory_budget_bytes)
         if w_prior == "ssl":
             mask_prior = SpikeSlabLassoPrior(num_features, latent_dim, lambda0, lambda1, a, b)
+            if self.feature_subsample_size is not None:
+                # A row of W gets a likelihood gradient on |S|/G of the steps,
+                # G/|S| times larger: unbiased, but with up to G/|S| times the
+                # variance.  The zero test averages over G/|S| times more
+                # steps, so its noise (and the rate of false escapes from
+                # zero) stays that of full training.
+                mask_prior.gradient_averaging *= self.feature_subsample_size / num_features
         elif w_prior == "horseshoe":
             mask_prior = HorseshoePrior(num_features, latent_dim, b_local, b_global)
         else:
@@ -133,5 +152,22 @@ class SparseDGM(nn.Module):
         with data_plate(x, num_data):
             with poutine.scale(scale=self.beta):
                 z = pyro.sample("z", self.latent_prior(x))
-            output = self.decoder(z, mask)
-            pyro.sample("x", observation(self.likelihood, output, noise_variance), obs=x)
+            features = self.visited_features(x.device)
+            output = self.decoder(z, mask, features)
+            if features is not None:
+                x = x[..., features]
+                noise_variance = None if noise_variance is None else noise_variance[features]
+            # Each visited feature's term counts G/|S| times: over uniform
+            # random subsets S the expectation is the sum over all G features.
+            with poutine.scale(scale=self.num_features / x.shape[-1]):
+                pyro.sample("x", observation(self.likelihood, output, noise_variance), obs=x)
+
+    def visited_features(self, device):
+        """
+        The features whose likelihood terms this pass evaluates: a uniform
+        random subset of ``feature_subsample_size`` while training, ``None``
+        (all G) otherwise, so evaluation always uses every feature.
+        """
+        if not self.training or self.feature_subsample_size is None:
+            return None
+        return torch.randperm(self.num_features, device=device)[: self.feature_subsample_size]

@@ -7,7 +7,7 @@ import numpy as np
 import pyro
 import torch
 
-from pyro_sparse import anndata_io, checkpoints, registry, serialization
+from pyro_sparse import anndata_io, checkpoints, distributed, registry, serialization
 from pyro_sparse.data import (
     DataError,
     DataSummary,
@@ -279,6 +279,7 @@ def train(
     checkpoint_path=None,
     checkpoint_every=1,
     resume_from=None,
+    strategy=None,
     **hyperparameters,
 ):
     """
@@ -328,6 +329,13 @@ def train(
     the same parameters as a run that was never interrupted.  With
     ``max_epochs`` at or below the checkpoint's epoch it returns the saved
     model without training.
+
+    ``strategy="ddp"`` trains data-parallel over :mod:`torch.distributed` in
+    every process that torchrun starts (``torchrun --nproc_per_node=N
+    script.py``; gloo on CPU, NCCL with one GPU per process): ``batch_size``
+    is the global batch, split across the processes, which end with
+    identical models; only rank 0 writes the checkpoint.  See
+    :mod:`pyro_sparse.distributed`.
     """
     entry = registry.get_entry(model)
     likelihood = check_likelihood(likelihood)
@@ -368,7 +376,11 @@ def train(
         raise ValueError(f"max_rollbacks must be a non-negative integer, got {max_rollbacks!r}")
     if not isinstance(checkpoint_every, (int, np.integer)) or checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be a positive integer (epochs), got {checkpoint_every!r}")
+    if strategy not in (None, "ddp"):
+        raise ValueError(f"strategy must be None (one process) or 'ddp' (launched by torchrun), got {strategy!r}")
     device = resolve_device(device)
+    if strategy == "ddp":
+        device = distributed.init_process_group(device)
     pyro.set_rng_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     train_matrix, validation_matrix = split(matrix, validation_fraction, generator)
@@ -414,7 +426,9 @@ def train(
     json.dumps(config)  # fail now, not after training, if a setting cannot be saved
     resume = None if resume_from is None else checkpoints.load(resume_from, config)
     checkpoint = (
-        None if checkpoint_path is None else checkpoints.Checkpointer(checkpoint_path, checkpoint_every, config)
+        checkpoints.Checkpointer(checkpoint_path, checkpoint_every, config)
+        if checkpoint_path is not None and distributed.is_main_process()
+        else None
     )
     model_module, guide, elbo = _assemble(config, device)
     check_step_memory(model_module, min(batch_size, summary.num_data) * num_particles, device)
@@ -445,6 +459,7 @@ def train(
             max_rollbacks=max_rollbacks,
             checkpoint=checkpoint,
             resume=resume,
+            strategy=None if strategy is None else distributed.DataParallel(model_module, guide, elbo),
         )
     except TrainingDivergedError as error:
         error.fitted = FittedModel(config, model_module, guide, error.history)

@@ -10,7 +10,7 @@ import zipfile
 import numpy as np
 import scipy.sparse as sp
 
-from pyro_sparse import metrics
+from pyro_sparse import distributed, metrics
 from pyro_sparse.api import train
 from pyro_sparse.data import DataError
 from pyro_sparse.datasets import synthetic_sparse_dgm
@@ -170,8 +170,11 @@ def _train(args):
         device=args.device,
         progress=not args.quiet,
         validation_fraction=args.validation_fraction,
+        strategy=args.strategy,
         **hyper,
     )
+    if not distributed.is_main_process():
+        return  # every rank ends with the same model; rank 0 reports and writes it
     fitted.save(os.path.join(args.out, "model.pt"))
     heldout = None if truth is None else synthetic_sparse_dgm(n=args.n, rho=args.rho, seed=args.seed + 10_000)
     lines = _describe(fitted, names, heldout)
@@ -236,6 +239,11 @@ def build_parser():
     fit.add_argument("--beta", type=float, default=None)
     fit.add_argument("--validation-fraction", type=float, default=0.0)
     fit.add_argument("--device", default="auto")
+    fit.add_argument(
+        "--strategy", default=None, choices=["ddp"],
+        help="ddp: data-parallel over the processes torchrun starts "
+        "(torchrun --nproc_per_node=N -m pyro_sparse.cli train --strategy ddp ...); --batch-size is the global batch",
+    )
     fit.add_argument("--n", type=int, default=1000, help="data points for --data synthetic")
     fit.add_argument("--rho", type=float, default=0.6, help="factor correlation for --data synthetic")
     fit.add_argument("--out", default="pyro-sparse-output")

@@ -16,6 +16,32 @@ def check_likelihood(likelihood):
     return likelihood
 
 
+def check_feature_subsample_size(size, num_features, likelihood):
+    r"""
+    Validate a feature subsample size (``None``: no subsampling).
+
+    Subsampling features needs a log-likelihood that is a sum of per-feature
+    terms; the multinomial's is not:
+    log p(x | f) = const + Σ_j x_j f_j - n log Σ_j exp f_j, whose normaliser
+    needs every f_j, and the log of an unbiased subset estimate of Σ_j exp f_j
+    is a biased estimate of its log (Jensen's inequality).
+    """
+    if size is None:
+        return None
+    if likelihood == "multinomial":
+        raise ValueError(
+            "feature_subsample_size does not apply to the multinomial likelihood: its softmax normaliser "
+            "log sum_j exp(f_j) couples all features, so the log-likelihood of a random subset of features, "
+            "scaled up, is not an unbiased estimate of the full one; leave feature_subsample_size=None"
+        )
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 1 <= size <= num_features:
+        raise ValueError(
+            f"feature_subsample_size must be an integer from 1 to the number of features ({num_features}) "
+            f"or None, got {size!r}"
+        )
+    return None if size == num_features else int(size)
+
+
 def calibrate_noise_prior(feature_variances, nu=3.0):
     r"""
     ξ for the σ_j² ~ Inverse-Gamma(ν/2, νξ/2) prior (Moran et al. 2022,

@@ -28,8 +28,11 @@ class FeatureAffine(nn.Module):
         self.loc.copy_(torch.as_tensor(loc, dtype=self.loc.dtype))
         self.scale.copy_(torch.as_tensor(scale, dtype=self.scale.dtype).clamp_min(1e-6))
 
-    def forward(self, x):
-        return torch.addcmul(self.loc, x, self.scale)
+    def forward(self, x, features=None):
+        """``features``: the indices among the G features of x's columns (None: all G)."""
+        if features is None:
+            return torch.addcmul(self.loc, x, self.scale)
+        return torch.addcmul(self.loc[features], x, self.scale[features])
 
     def inverse(self, y):
         return (y - self.loc) / self.scale
@@ -179,29 +182,35 @@ class MaskedDecoder(nn.Module):
             dim=-1,
         )
 
-    def forward(self, z, mask):
+    def forward(self, z, mask, features=None):
         """
         :param torch.Tensor z: codes, shape ``(..., batch, K)``.
         :param torch.Tensor mask: W, shape ``(G, K)``.
-        :returns: decoder outputs, shape ``(..., batch, G)``.
+        :param torch.Tensor features: indices of the features to compute
+            (feature subsampling); ``None`` for all G.  Only these are decoded.
+        :returns: decoder outputs, shape ``(..., batch, G)`` or ``(..., batch, len(features))``.
         """
         batch_shape = z.shape[:-1]
         z = z.reshape(-1, self.latent_dim)
         first_weight = self.normalized_first_weight()
+        out_weight, out_bias = self.out_weight, self.out_bias
+        if features is not None:
+            mask, out_weight, out_bias = mask[features], out_weight[features], out_bias[features]
+        num_features = mask.shape[0]
         size = self.chunk_size(z.shape[0])
-        if size >= self.num_features:
-            out = self._decode_chunk(z, mask, self.out_weight, self.out_bias, first_weight)
+        if size >= num_features:
+            out = self._decode_chunk(z, mask, out_weight, out_bias, first_weight)
         else:
             pieces = []
-            for start in range(0, self.num_features, size):
+            for start in range(0, num_features, size):
                 rows = slice(start, start + size)
-                args = (z, mask[rows], self.out_weight[rows], self.out_bias[rows], first_weight)
+                args = (z, mask[rows], out_weight[rows], out_bias[rows], first_weight)
                 if torch.is_grad_enabled():
                     pieces.append(checkpoint(self._decode_chunk, *args, use_reentrant=False))
                 else:
                     pieces.append(self._decode_chunk(*args))
             out = torch.cat(pieces, dim=-1)
-        return self.output_affine(out).reshape(*batch_shape, self.num_features)
+        return self.output_affine(out, features).reshape(*batch_shape, num_features)
 
 
 class DenseDecoder(nn.Module):

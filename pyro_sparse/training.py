@@ -35,9 +35,9 @@ def _check_finite(tensors, what, loop):
         raise _diverged(loop, f"{what} became NaN/inf")
 
 
-def _differentiable_loss(elbo, model, guide, x, num_data, loop):
+def _differentiable_loss(loss_module, x, num_data, loop):
     try:
-        loss = elbo.differentiable_loss(model, guide, x, num_data)
+        loss = loss_module(x, num_data)
     except ValueError as error:
         # Finite but huge parameters overflow inside the networks; the first
         # to notice is a distribution's argument check.
@@ -88,6 +88,38 @@ def _roll_back(error, last_good, live, max_rollbacks):
     return loop
 
 
+class ELBOLoss(torch.nn.Module):
+    """-ELBO of ``model``/``guide`` as one module (which DDP can wrap to all-reduce the gradients of both)."""
+
+    def __init__(self, model, guide, elbo):
+        super().__init__()
+        self.model = model
+        self.guide = guide
+        self.elbo = elbo
+
+    def forward(self, x, num_data):
+        return self.elbo.differentiable_loss(self.model, self.guide, x, num_data)
+
+
+class SingleProcess:
+    """
+    Training in one process: whole minibatches and the plain -ELBO.  The
+    interface of :class:`~pyro_sparse.distributed.DataParallel`.
+    """
+
+    def __init__(self, model, guide, elbo):
+        self.loss = ELBOLoss(model, guide, elbo)
+
+    def batches(self, matrix, batch_size, generator, device):
+        """(minibatch, weight of its loss) pairs for one epoch."""
+        for x in minibatches(matrix, batch_size, generator, device):
+            yield x, 1.0
+
+    def mean(self, value):
+        """The mean of a float over the processes."""
+        return value
+
+
 def _hooked_sites(model, guide):
     """(prior, parameter) pairs whose prior defines fitting hooks (e.g. an EM step)."""
     return [(prior, guide.unconstrained[name]) for name, prior in model.site_priors.items()]
@@ -136,6 +168,7 @@ def fit(
     max_rollbacks=3,
     checkpoint=None,
     resume=None,
+    strategy=None,
 ):
     """
     Fit ``model``/``guide`` by stochastic variational inference.
@@ -168,6 +201,9 @@ def fit(
     :param checkpoint: a :class:`~pyro_sparse.checkpoints.Checkpointer` that
         saves the run every ``checkpoint.every`` epochs and when it ends.
     :param resume: a :class:`~pyro_sparse.checkpoints.Snapshot` to go on from.
+    :param strategy: a :class:`~pyro_sparse.distributed.DataParallel` to train
+        on this rank's share of each minibatch with all-reduced gradients;
+        default one process (:class:`SingleProcess`).
     :returns: history dict with per-epoch ``train_loss`` (full -ELBO / N) and
         ``validation_loss`` (-ELBO per validation point).
     """
@@ -183,6 +219,8 @@ def fit(
     ]
     optimizer = torch.optim.Adam([g for g in groups if g["params"]], foreach=True)
     scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, lr_decay)
+    if strategy is None:
+        strategy = SingleProcess(model, guide, elbo)
     hooked = _hooked_sites(model, guide)
     for prior, param in hooked:
         prior.update(param)
@@ -204,12 +242,12 @@ def fit(
         guide.train()
         epoch_loss, num_steps = 0.0, 0
         try:
-            for x in minibatches(train_matrix, batch_size, generator, device):
+            for x, weight in strategy.batches(train_matrix, batch_size, generator, device):
                 for module in scheduled:
                     module.schedule(loop.step / steps_per_epoch, loop.step)
                 optimizer.zero_grad(set_to_none=True)
                 with scale_local_latents(min(1.0, (loop.step + 1) / kl_warmup_steps)):
-                    loss = _differentiable_loss(elbo, model, guide, x, num_data, loop)
+                    loss = weight * _differentiable_loss(strategy.loss, x, num_data, loop)
                 loss.backward()
                 for prior, param in hooked:
                     prior.before_step(param)
@@ -235,11 +273,11 @@ def fit(
             last_good = checkpoints.capture(loop, *live)
             continue
         scheduler.step()
-        loop.history["train_loss"].append(epoch_loss / num_steps / num_data)
+        loop.history["train_loss"].append(strategy.mean(epoch_loss) / num_steps / num_data)
         if validation_matrix is not None:
             model.eval()
             guide.eval()
-            validation_loss = mean_negative_elbo(model, guide, validation_matrix, batch_size, device)
+            validation_loss = strategy.mean(mean_negative_elbo(model, guide, validation_matrix, batch_size, device))
             loop.history["validation_loss"].append(validation_loss)
             if validation_loss < loop.best_loss:
                 loop.best_loss = validation_loss

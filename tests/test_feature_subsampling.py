@@ -1,0 +1,136 @@
+"""Feature subsampling in the sparse DGM: unbiased likelihood and gradients at a fraction of the decoder's cost."""
+
+import numpy as np
+import pyro
+import pytest
+import torch
+from pyro import poutine
+
+import pyro_sparse
+from pyro_sparse import metrics
+from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse.models import SparseDGM
+
+NUM_FEATURES, SUBSET, LATENT, BATCH = 12, 3, 3, 6
+
+
+def small_model(likelihood, subset=SUBSET):
+    pyro.set_rng_seed(0)
+    model = SparseDGM(NUM_FEATURES, LATENT, likelihood, hidden_dims=(8, 8), feature_subsample_size=subset)
+    values = {
+        "W": torch.randn(NUM_FEATURES, LATENT),
+        "z": torch.randn(BATCH, LATENT),
+        "sigma2": torch.rand(NUM_FEATURES) + 0.5,
+    }
+    x = torch.randn(BATCH, NUM_FEATURES) if likelihood == "gaussian" else torch.randint(0, 2, (BATCH, NUM_FEATURES))
+    return model, values, x.float()
+
+
+def log_likelihood_and_gradients(model, values, x):
+    """The (scaled) log-likelihood site of one pass, and its gradients w.r.t. W and the decoder's parameters."""
+    W = values["W"].clone().requires_grad_()
+    conditioned = poutine.condition(model, data={**values, "W": W})
+    trace = poutine.trace(conditioned).get_trace(x)
+    trace.compute_log_prob()
+    log_likelihood = trace.nodes["x"]["log_prob_sum"]
+    inputs = [W, model.decoder.first_weight, model.decoder.out_weight]
+    gradients = torch.autograd.grad(log_likelihood, inputs)
+    return log_likelihood.detach(), torch.cat([g.flatten() for g in gradients])
+
+
+@pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli"])
+def test_subsampled_likelihood_and_gradients_are_unbiased(likelihood):
+    model, values, x = small_model(likelihood)
+    model.eval()
+    full_value, full_gradient = log_likelihood_and_gradients(model, values, x)
+    model.train()
+    draws = [log_likelihood_and_gradients(model, values, x) for _ in range(1000)]
+    estimates = torch.stack([d[0] for d in draws])
+    gradients = torch.stack([d[1] for d in draws])
+    # Subsets differ, so the estimates are random; their mean is the full value.
+    assert estimates.std() > 1e-3 * full_value.abs()
+    standard_error = estimates.std() / len(draws) ** 0.5
+    assert (estimates.mean() - full_value).abs() < 5 * standard_error
+    gradient_error = gradients.std(0) / len(draws) ** 0.5
+    assert ((gradients.mean(0) - full_gradient).abs() <= 5 * gradient_error + 1e-5).all()
+    # Without the G/|S| scale the mean would be |S|/G of the full value: far outside the tolerance.
+    assert (full_value * SUBSET / NUM_FEATURES - full_value).abs() > 20 * standard_error
+
+
+def test_only_subsampled_features_are_decoded():
+    model, values, x = small_model("gaussian")
+    decoded = []
+    decode_block = model.decoder._decode_block
+
+    def counting_decode_block(z, mask, *args):
+        decoded.append(mask.shape[0])
+        return decode_block(z, mask, *args)
+
+    model.decoder._decode_block = counting_decode_block
+    trace = poutine.trace(poutine.condition(model, data=values)).get_trace(x)
+    assert sum(decoded) == SUBSET
+    assert trace.nodes["x"]["value"].shape == (BATCH, SUBSET)
+    assert trace.nodes["x"]["scale"] == NUM_FEATURES / SUBSET
+    # The global priors count once, unscaled.
+    assert trace.nodes["W"]["scale"] == 1.0 and trace.nodes["sigma2"]["scale"] == 1.0
+
+    decoded.clear()
+    model.eval()
+    trace = poutine.trace(poutine.condition(model, data=values)).get_trace(x)
+    assert sum(decoded) == NUM_FEATURES
+    assert torch.equal(trace.nodes["x"]["value"], x) and trace.nodes["x"]["scale"] == 1.0
+
+
+def test_subsampled_decoder_matches_full_decoder_columns():
+    model, values, _ = small_model("gaussian")
+    model.decoder.output_affine.set(torch.randn(NUM_FEATURES), torch.rand(NUM_FEATURES) + 0.5)
+    features = torch.tensor([7, 2, 11])
+    full = model.decoder(values["z"], values["W"])
+    # Chunked with checkpointing (a budget of one feature per chunk) as well as in one piece.
+    model.decoder.memory_budget_bytes = 1
+    assert torch.allclose(model.decoder(values["z"], values["W"], features), full[:, features], atol=1e-6)
+
+
+def test_subsample_size_of_all_features_is_no_subsampling():
+    assert SparseDGM(NUM_FEATURES, feature_subsample_size=NUM_FEATURES).feature_subsample_size is None
+
+
+@pytest.mark.parametrize("size", [0, NUM_FEATURES + 1, 2.5, True])
+def test_bad_subsample_size_is_refused(size):
+    with pytest.raises(ValueError, match="feature_subsample_size must be an integer"):
+        SparseDGM(NUM_FEATURES, feature_subsample_size=size)
+
+
+def test_multinomial_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="softmax normaliser"):
+        SparseDGM(NUM_FEATURES, likelihood="multinomial", feature_subsample_size=SUBSET)
+
+
+def fit_synthetic(feature_subsample_size, max_epochs):
+    train = synthetic_sparse_dgm(n=1000, rho=0.0, seed=0)
+    test = synthetic_sparse_dgm(n=1000, rho=0.0, seed=1)
+    fitted = pyro_sparse.train(
+        "ssl_dgm", train.X, latent_dim=5, max_epochs=max_epochs, batch_size=100, lr=0.01, seed=0,
+        progress=False, feature_subsample_size=feature_subsample_size,
+    )
+    z = fitted.transform(test.X)
+    matching = metrics.match_factors(z, test.z)
+    score = metrics.support_f_score(fitted.inclusion_probs_ > 0.5, test.support, matching)
+    return fitted, test, score
+
+
+def test_training_with_subsampling_evaluates_all_features():
+    fitted, test, _ = fit_synthetic(4, max_epochs=3)
+    assert fitted.reconstruct(test.X[:10]).shape == (10, 7)
+    assert np.isfinite(fitted.heldout_log_likelihood(test.X[:10])).all()
+
+
+@pytest.mark.slow
+def test_subsampling_recovers_the_support_like_full_training():
+    # The paper's synthetic data (Eq. 9) at its Table 6 settings, 4 of 7 features per step.
+    _, _, full_score = fit_synthetic(None, max_epochs=200)
+    fitted, _, score = fit_synthetic(4, max_epochs=200)
+    assert score >= 0.75 and score >= full_score - 0.1, (score, full_score)
+    # The 3 extraneous columns are switched off (with subsampling a dead column
+    # may keep an entry of |w| ~ 0.01-0.02 after 200 epochs: noisier steps converge more slowly).
+    assert (np.abs(fitted.W_) < 0.05).all(axis=0).sum() == 3, fitted.W_
