@@ -57,6 +57,10 @@ class TVSC(nn.Module):
         standardised data) unless given.
     """
 
+    # Sparse codes may be overcomplete (more dimensions than features): train() does
+    # not warn about latent_dim > G as it does for dense Gaussian codes.
+    overcomplete_codes = True
+
     def __init__(
         self,
         num_features,

@@ -63,6 +63,10 @@ class VSC(nn.Module):
         unless given (the MLP decoder learns its variances instead).
     """
 
+    # Sparse codes may be overcomplete (more dimensions than features): train() does
+    # not warn about latent_dim > G as it does for dense Gaussian codes.
+    overcomplete_codes = True
+
     def __init__(
         self,
         num_features,

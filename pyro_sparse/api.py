@@ -228,12 +228,6 @@ def _check_hidden_dims(hidden_dims):
         raise ValueError(f"hidden_dims must hold positive integer widths, got {tuple(hidden_dims)!r}")
 
 
-# Models whose codes are dense Gaussians: beyond G dimensions they only add
-# unidentifiable directions that collapse to the prior.  Sparse codes (vsc,
-# tvsc) are overcomplete by design.
-_AT_MOST_G_LATENTS = ("ssl_dgm", "vae", "oi_vae")
-
-
 def _jsonable(value):
     """Plain Python values for the JSON configuration (numpy scalars and arrays included)."""
     if isinstance(value, (tuple, list, np.ndarray, torch.Tensor, np.generic)):
@@ -392,7 +386,9 @@ def train(
             f"each step uses all of them (batch_size={summary.num_data})",
             stacklevel=2,
         )
-    if latent_dim > summary.num_features and model in _AT_MOST_G_LATENTS:
+    # Dense Gaussian codes beyond G dimensions only add unidentifiable
+    # directions that collapse to the prior; sparse codes may be overcomplete.
+    if latent_dim > summary.num_features and not getattr(entry.model, "overcomplete_codes", False):
         warnings.warn(
             f"latent_dim={latent_dim} exceeds the {summary.num_features} features: {model!r} has dense "
             f"Gaussian codes and cannot use more than {summary.num_features} dimensions (the rest collapse to "
