@@ -183,7 +183,7 @@ def methods(settings, full, gaussian, variants):
         # shares that likelihood, so the two NLLs can be compared.
         table["VAE (heteroscedastic)"] = [("vae", {"hidden_dims": hidden, "noise": "heteroscedastic"})]
     if variants:
-        table["Sparse VAE (horseshoe)"] = [("ssl_dgm", {"hidden_dims": hidden, "w_prior": "horseshoe"})]
+        table["Sparse VAE (horseshoe)"] = [("ssl_dgm", {"hidden_dims": hidden, "mask_prior": "horseshoe"})]
         # Appendix C.4.1's ablation: the SSL with λ0 = λ1 is a Lasso; the slab rate of Table 6 for both.
         table["SparseVAE-Slab"] = [("ssl_dgm", {**sparse, "lambda0": settings["lambda1"]})]
     return table

@@ -39,7 +39,7 @@ class SparseDGM(nn.Module):
     :param int latent_dim: K.
     :param str likelihood: ``"gaussian"``, ``"multinomial"`` or ``"bernoulli"``.
     :param tuple hidden_dims: widths of f_θ's hidden layers.
-    :param str w_prior: ``"ssl"`` (the Spike-and-Slab Lasso of Eq. 2) or
+    :param str mask_prior: ``"ssl"`` (the Spike-and-Slab Lasso of Eq. 2) or
         ``"horseshoe"`` (Appendix C.4.1; :class:`~pyro_sparse.priors.HorseshoePrior`).
         The SparseVAE-Slab ablation of Appendix C.4.1 is ``"ssl"`` with
         ``lambda0 == lambda1``: the SSL is then a Lasso prior, E[γ] carries no
@@ -73,7 +73,7 @@ class SparseDGM(nn.Module):
         latent_dim=5,
         likelihood="gaussian",
         hidden_dims=(50, 50, 50),
-        w_prior="ssl",
+        mask_prior="ssl",
         lambda0=10.0,
         lambda1=1.0,
         a=1.0,
@@ -99,7 +99,7 @@ class SparseDGM(nn.Module):
         self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         self.decoder = MaskedDecoder(num_features, latent_dim, hidden_dims, memory_budget_bytes)
-        if w_prior == "ssl":
+        if mask_prior == "ssl":
             mask_prior = SpikeSlabLassoPrior(num_features, latent_dim, lambda0, lambda1, a, b)
             if self.feature_subsample_size is not None:
                 # A row of W gets a likelihood gradient on |S|/G of the steps,
@@ -108,10 +108,10 @@ class SparseDGM(nn.Module):
                 # steps, so its noise (and the rate of false escapes from
                 # zero) stays that of full training.
                 mask_prior.gradient_averaging *= self.feature_subsample_size / num_features
-        elif w_prior == "horseshoe":
+        elif mask_prior == "horseshoe":
             mask_prior = HorseshoePrior(num_features, latent_dim, b_local, b_global)
         else:
-            raise ValueError(f"w_prior must be 'ssl' or 'horseshoe', got {w_prior!r}")
+            raise ValueError(f"mask_prior must be 'ssl' or 'horseshoe', got {mask_prior!r}")
         self.site_priors = nn.ModuleDict({"W": mask_prior})
         covariance = torch.eye(latent_dim) if prior_covariance is None else torch.as_tensor(
             prior_covariance, dtype=torch.float32

@@ -170,7 +170,7 @@ class SparseVAE(SVIEstimator):
 
     Parameters are those of :func:`pyro_sparse.train` for ``ssl_dgm``.  Only
     the hyperparameters most often tuned are listed; the rest of ``train``'s
-    arguments for this model (``w_prior``, ``prior_covariance``, ``noise_nu``,
+    arguments for this model (``mask_prior``, ``prior_covariance``, ``noise_nu``,
     ``global_lr``, ``early_stopping``, ...) go in ``model_options``, a dict
     forwarded to ``train``.
 

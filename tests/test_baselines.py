@@ -293,7 +293,7 @@ def test_sparse_vae_slab_ablation_is_the_lasso(slab_ablation):
 
 
 def test_horseshoe_training_shrinks_irrelevant_entries(synthetic, slab_ablation):
-    fitted = fit_mask(synthetic, w_prior="horseshoe")
+    fitted = fit_mask(synthetic, mask_prior="horseshoe")
     # Over seeds 0-3, off/on ratio 0.15-0.32 (horseshoe) against 0.36-0.54 (λ0 = λ1 = 0.001).
     assert off_to_on_support(fitted, synthetic) < 0.6 * off_to_on_support(slab_ablation, synthetic), fitted.W_
     assert support_auc(fitted.W_, synthetic, fitted.transform(synthetic.X)) > 0.9, fitted.W_

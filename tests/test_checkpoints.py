@@ -85,7 +85,7 @@ RUNS = {
     # SSL prior: E-step buffers, the proximal step's gradient average, per-group lr with decay.
     "ssl_dgm": dict(model="ssl_dgm", global_lr=0.02, lr_decay=0.9),
     # Horseshoe hyperparameter sweeps; a validation split with early stopping (best state).
-    "horseshoe": dict(model="ssl_dgm", w_prior="horseshoe", validation_fraction=0.2, early_stopping=5),
+    "horseshoe": dict(model="ssl_dgm", mask_prior="horseshoe", validation_fraction=0.2, early_stopping=5),
     # Spike-and-slab codes with slope / pre-training schedules and two particles.
     "vsc": dict(model="vsc", slope_warmup_epochs=2, pretrain_epochs=1, num_particles=2),
     # Thresholded codes with the scale warm-up schedule and a linear dictionary.

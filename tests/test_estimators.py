@@ -159,8 +159,8 @@ def test_random_state_none_or_generator(data):
 
 
 def test_model_options_are_forwarded_and_may_not_repeat_parameters(data):
-    estimator = quick(SparseVAE, model_options={"w_prior": "horseshoe", "kl_warmup_epochs": 1}).fit(data.X)
-    assert estimator.fitted_.config["hyperparameters"]["w_prior"] == "horseshoe"
+    estimator = quick(SparseVAE, model_options={"mask_prior": "horseshoe", "kl_warmup_epochs": 1}).fit(data.X)
+    assert estimator.fitted_.config["hyperparameters"]["mask_prior"] == "horseshoe"
     assert estimator.fitted_.config["training"]["kl_warmup_epochs"] == 1
     for options in ({"lambda0": 1.0}, {"seed": 1}, {"data": data.X}):
         with pytest.raises(ValueError, match="model_options sets"):

@@ -421,7 +421,7 @@ def test_synthetic_data_rejects_bad_arguments(arguments):
 # ------------------------------------------------------------ determinism ---
 FAMILIES = [
     ("ssl_dgm", {}),
-    ("ssl_dgm", {"w_prior": "horseshoe"}),
+    ("ssl_dgm", {"mask_prior": "horseshoe"}),
     ("vae", {"validation_fraction": 0.2, "early_stopping": 2}),
     ("vsc", {"prior": "pseudo_inputs", "num_pseudo_inputs": 4}),
     ("vsc", {"decoder": "linear", "spike_estimator": "straight_through"}),
