@@ -12,9 +12,16 @@ class AmortizedNormalGuide(AmortizedGuide):
     """
 
     def __init__(
-        self, num_features, latent_dim, hidden_dims=(50, 50, 50), point_estimates=None, log1p_input=False, kl_weight=1.0
+        self,
+        num_features,
+        latent_dim,
+        hidden_dims=(50, 50, 50),
+        point_estimates=None,
+        log1p_input=False,
+        kl_weight=1.0,
+        network="mlp",
     ):
-        super().__init__(num_features, latent_dim, 2, hidden_dims, point_estimates, log1p_input, kl_weight)
+        super().__init__(num_features, latent_dim, 2, hidden_dims, point_estimates, log1p_input, kl_weight, network)
 
     def posterior(self, x):
         loc, raw_scale = self.encoder_outputs(x)

@@ -48,8 +48,9 @@ class SpikeSlabGuide(AmortizedGuide):
         temperature_start=1.0,
         temperature_end=0.5,
         temperature_decay=0.9995,
+        network="mlp",
     ):
-        super().__init__(num_features, latent_dim, 3, hidden_dims, point_estimates, log1p_input, kl_weight)
+        super().__init__(num_features, latent_dim, 3, hidden_dims, point_estimates, log1p_input, kl_weight, network)
         if spike_estimator not in ("relaxed", "straight_through"):
             raise ValueError(f"spike_estimator must be 'relaxed' or 'straight_through', got {spike_estimator!r}")
         if not 0 < slope_start <= slope_end:

@@ -5,9 +5,7 @@ import math
 
 import numpy as np
 import pyro
-import pyro.distributions as dist
 import torch
-from pyro import poutine
 from torch import nn
 from torch.distributions import constraints
 
@@ -18,7 +16,8 @@ from pyro_sparse.likelihoods import (
     observation,
     sample_noise_variance,
 )
-from pyro_sparse.nn import FeatureAffine
+from pyro_sparse.latent_priors import NormalPrior
+from pyro_sparse.nn import Decoder, FeatureAffine
 from pyro_sparse.priors import GroupLassoPrior
 
 
@@ -30,7 +29,7 @@ def _stacked_linear(num_groups, in_dim, out_dim):
     return weight, bias
 
 
-class GroupGenerators(nn.Module):
+class GroupGenerators(Decoder):
     r"""
     The oi-VAE decoder: group g's features are the outputs of its own
     generator network applied to its own projection of the code,
@@ -120,6 +119,8 @@ class OIVAE(nn.Module):
     :param float beta: weight of the KL term of z (the guide must match).
     :param float noise_nu: ν of the σ² prior.
     :param float noise_xi: ξ of the σ² prior (calibrated from data by ``train``).
+    :param latent_prior: the prior of z, a :class:`~pyro_sparse.latent_priors.LatentPrior`;
+        ``None`` for N(0, I_K).
     """
 
     def __init__(
@@ -134,6 +135,7 @@ class OIVAE(nn.Module):
         beta=1.0,
         noise_nu=3.0,
         noise_xi=1.0,
+        latent_prior=None,
     ):
         super().__init__()
         if not beta > 0:
@@ -157,6 +159,7 @@ class OIVAE(nn.Module):
         self.site_priors = nn.ModuleDict(
             {"W": GroupLassoPrior(self.num_groups, latent_dim, self.group_input_dim, lam)}
         )
+        self.latent_prior = NormalPrior(latent_dim) if latent_prior is None else latent_prior
 
     # W is a global site: a vectorised particle dim on it would not fit the
     # generators, so particles are drawn one pass at a time.
@@ -182,7 +185,6 @@ class OIVAE(nn.Module):
         if self.likelihood == "gaussian":
             noise_variance = sample_noise_variance(self.num_features, self.noise_nu, self.noise_xi, x)
         with data_plate(x, num_data):
-            with poutine.scale(scale=self.beta):
-                z = pyro.sample("z", dist.Normal(x.new_zeros(self.latent_dim), 1.0).to_event(1))
+            z = self.latent_prior.sample(x, self.beta)
             output = self.decoder(z, weights)
             pyro.sample("x", observation(self.likelihood, output, noise_variance), obs=x)

@@ -1,7 +1,6 @@
 """The sparse VAE / sparse deep generative model of Moran, Sridhar, Wang & Blei (TMLR 2022)."""
 
 import pyro
-import pyro.distributions as dist
 import torch
 from pyro import poutine
 from torch import nn
@@ -15,8 +14,9 @@ from pyro_sparse.likelihoods import (
     observation,
     sample_noise_variance,
 )
+from pyro_sparse.latent_priors import NormalPrior
 from pyro_sparse.nn import MaskedDecoder
-from pyro_sparse.priors import HorseshoePrior, SpikeSlabLassoPrior
+from pyro_sparse.priors import SpikeSlabLassoPrior
 
 
 class SparseDGM(nn.Module):
@@ -39,22 +39,21 @@ class SparseDGM(nn.Module):
     :param int latent_dim: K.
     :param str likelihood: ``"gaussian"``, ``"multinomial"`` or ``"bernoulli"``.
     :param tuple hidden_dims: widths of f_θ's hidden layers.
-    :param str mask_prior: ``"ssl"`` (the Spike-and-Slab Lasso of Eq. 2) or
-        ``"horseshoe"`` (Appendix C.4.1; :class:`~pyro_sparse.priors.HorseshoePrior`).
-        The SparseVAE-Slab ablation of Appendix C.4.1 is ``"ssl"`` with
-        ``lambda0 == lambda1``: the SSL is then a Lasso prior, E[γ] carries no
-        information, and the support is read from the exact zeros of W.
-    :param float lambda0: spike rate.
-    :param float lambda1: slab rate.
-    :param float a: Beta prior of η.
-    :param float b: Beta prior of η (default G).
-    :param float b_local: local half-Cauchy scale of the horseshoe.
-    :param float b_global: global half-Cauchy scale of the horseshoe.
+    :param mask_prior: the prior of W, a :class:`~pyro_sparse.priors.SitePrior`
+        (``train`` builds it from a name: ``"ssl"``, the Spike-and-Slab Lasso
+        of Eq. 2 with ``lambda0, lambda1, a, b``, or ``"horseshoe"``, Appendix
+        C.4.1); ``None`` for the SSL with the paper's defaults.  The
+        SparseVAE-Slab ablation of Appendix C.4.1 is the SSL with
+        ``lambda0 == lambda1``: a Lasso prior, E[γ] carries no information,
+        and the support is read from the exact zeros of W.
+    :param latent_prior: the prior of z, a
+        :class:`~pyro_sparse.latent_priors.LatentPrior`; ``None`` for N(0, I_K)
+        (Eq. 59; ``train`` builds others from a name, e.g. ``"spike_slab"``
+        for codes sparse as well as the mapping).
     :param float beta: weight of the KL term of z (1 is the paper's ELBO).  The
         z site is scaled by β here and must be scaled alike in the guide
-        (``AmortizedNormalGuide(kl_weight=beta)``; the registry does this),
-        because ``TraceMeanField_ELBO`` weighs an analytic KL by the guide's scale.
-    :param prior_covariance: Σ_z as a (K, K) array; ``None`` for I_K (Eq. 59).
+        (``kl_weight=beta``; the registry does this), because
+        ``TraceMeanField_ELBO`` weighs an analytic KL by the guide's scale.
     :param float noise_nu: ν of the σ² prior.
     :param float noise_xi: ξ of the σ² prior (calibrated from data by ``train``).
     :param int memory_budget_bytes: activation memory of one decoder chunk.
@@ -73,15 +72,9 @@ class SparseDGM(nn.Module):
         latent_dim=5,
         likelihood="gaussian",
         hidden_dims=(50, 50, 50),
-        mask_prior="ssl",
-        lambda0=10.0,
-        lambda1=1.0,
-        a=1.0,
-        b=None,
-        b_local=1.0,
-        b_global=1.0,
+        mask_prior=None,
+        latent_prior=None,
         beta=1.0,
-        prior_covariance=None,
         noise_nu=3.0,
         noise_xi=1.0,
         memory_budget_bytes=2**30,
@@ -99,30 +92,16 @@ class SparseDGM(nn.Module):
         self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         self.decoder = MaskedDecoder(num_features, latent_dim, hidden_dims, memory_budget_bytes)
-        if mask_prior == "ssl":
-            mask_prior = SpikeSlabLassoPrior(num_features, latent_dim, lambda0, lambda1, a, b)
-            if self.feature_subsample_size is not None:
-                # A row of W gets a likelihood gradient on |S|/G of the steps,
-                # G/|S| times larger: unbiased, but with up to G/|S| times the
-                # variance.  The zero test averages over G/|S| times more
-                # steps, so its noise (and the rate of false escapes from
-                # zero) stays that of full training.
-                mask_prior.gradient_averaging *= self.feature_subsample_size / num_features
-        elif mask_prior == "horseshoe":
-            mask_prior = HorseshoePrior(num_features, latent_dim, b_local, b_global)
-        else:
-            raise ValueError(f"mask_prior must be 'ssl' or 'horseshoe', got {mask_prior!r}")
+        mask_prior = SpikeSlabLassoPrior(num_features, latent_dim) if mask_prior is None else mask_prior
+        if self.feature_subsample_size is not None and hasattr(mask_prior, "gradient_averaging"):
+            # A row of W gets a likelihood gradient on |S|/G of the steps,
+            # G/|S| times larger: unbiased, but with up to G/|S| times the
+            # variance.  The zero test averages over G/|S| times more steps,
+            # so its noise (and the rate of false escapes from zero) stays
+            # that of full training.
+            mask_prior.gradient_averaging *= self.feature_subsample_size / num_features
         self.site_priors = nn.ModuleDict({"W": mask_prior})
-        covariance = torch.eye(latent_dim) if prior_covariance is None else torch.as_tensor(
-            prior_covariance, dtype=torch.float32
-        )
-        if covariance.shape != (latent_dim, latent_dim):
-            raise ValueError(f"prior_covariance must be ({latent_dim}, {latent_dim}), got {tuple(covariance.shape)}")
-        self.identity_covariance = prior_covariance is None
-        scale_tril, info = torch.linalg.cholesky_ex(covariance)
-        if info != 0 or not torch.allclose(covariance, covariance.T):
-            raise ValueError("prior_covariance must be a symmetric positive definite matrix")
-        self.register_buffer("prior_scale_tril", scale_tril)
+        self.latent_prior = NormalPrior(latent_dim) if latent_prior is None else latent_prior
 
     # W is a global (G, K) site: a vectorised particle dim on it would not fit
     # the masked decoder, so particles are drawn one pass at a time.
@@ -139,19 +118,13 @@ class SparseDGM(nn.Module):
             sites["sigma2"] = initial_noise_variance(feature_variances)
         return sites
 
-    def latent_prior(self, like):
-        if self.identity_covariance:
-            return dist.Normal(like.new_zeros(self.latent_dim), 1.0).to_event(1)
-        return dist.MultivariateNormal(like.new_zeros(self.latent_dim), scale_tril=self.prior_scale_tril)
-
     def forward(self, x, num_data=None):
         mask = pyro.sample("W", self.site_priors["W"].distribution())
         noise_variance = None
         if self.likelihood == "gaussian":
             noise_variance = sample_noise_variance(self.num_features, self.noise_nu, self.noise_xi, x)
         with data_plate(x, num_data):
-            with poutine.scale(scale=self.beta):
-                z = pyro.sample("z", self.latent_prior(x))
+            z = self.latent_prior.sample(x, self.beta)
             features = self.visited_features(x.device)
             output = self.decoder(z, mask, features)
             if features is not None:

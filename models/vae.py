@@ -1,8 +1,6 @@
 """The VAE (Kingma & Welling 2014) and β-VAE (Higgins et al. 2017) baselines."""
 
 import pyro
-import pyro.distributions as dist
-from pyro import poutine
 from torch import nn
 
 from pyro_sparse.handlers import data_plate
@@ -12,12 +10,15 @@ from pyro_sparse.likelihoods import (
     observation,
     sample_noise_variance,
 )
+from pyro_sparse.latent_priors import NormalPrior
 from pyro_sparse.nn import DenseDecoder, HeteroscedasticDecoder
 
 
 class VAE(nn.Module):
     r"""
-    z_i ~ N(0, I_K),  x_i ~ p(x | f_θ(z_i)) with one dense decoder.  The KL
+    z_i ~ N(0, I_K) (or any ``latent_prior``, a
+    :class:`~pyro_sparse.latent_priors.LatentPrior`),  x_i ~ p(x | f_θ(z_i))
+    with one dense decoder.  The KL
     term is weighted by ``beta`` (β-VAE; β = 1 is the VAE).  The likelihoods
     and the σ² prior are those of :class:`~pyro_sparse.models.ssl_dgm.SparseDGM`,
     so the two are compared on the same objective.  With
@@ -38,6 +39,7 @@ class VAE(nn.Module):
         noise_nu=3.0,
         noise_xi=1.0,
         min_noise_variance=1e-3,
+        latent_prior=None,
     ):
         super().__init__()
         if not beta > 0:
@@ -55,6 +57,7 @@ class VAE(nn.Module):
         else:
             self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
         self.site_priors = nn.ModuleDict()
+        self.latent_prior = NormalPrior(latent_dim) if latent_prior is None else latent_prior
 
     def guide_options(self):
         """What the guide must share with this model: the z site's scale."""
@@ -70,8 +73,7 @@ class VAE(nn.Module):
         if self.likelihood == "gaussian" and not self.heteroscedastic:
             noise_variance = sample_noise_variance(self.num_features, self.noise_nu, self.noise_xi, x)
         with data_plate(x, num_data):
-            with poutine.scale(scale=self.beta):
-                z = pyro.sample("z", dist.Normal(x.new_zeros(self.latent_dim), 1.0).to_event(1))
+            z = self.latent_prior.sample(x, self.beta)
             if self.heteroscedastic:
                 loc, noise_variance = self.decoder(z)
             else:

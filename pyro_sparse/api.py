@@ -1,6 +1,7 @@
 """``train`` and ``load``: the user-facing entry points."""
 
 import json
+import logging
 import warnings
 
 import numpy as np
@@ -20,12 +21,18 @@ from pyro_sparse.data import (
     minibatches,
     split,
 )
-from pyro_sparse.elbo import MaxParticleELBO
+from pyro_sparse.elbo import MaxParticleELBO, kl_terms
 from pyro_sparse.evaluation import expected_observation, importance_log_likelihood
 from pyro_sparse.likelihoods import check_likelihood
-from pyro_sparse.nn import check_step_memory
+from pyro_sparse.nn import (
+    check_precision,
+    check_step_memory,
+    set_decoder_precision,
+    tf32_matmuls,
+)
 from pyro_sparse.training import TrainingDivergedError, fit
 
+logger = logging.getLogger("pyro_sparse")
 
 def resolve_device(device):
     if device == "auto":
@@ -207,6 +214,20 @@ class FittedModel:
         """
         anndata_io.write_to(self, adata, key)
 
+    def set_precision(self, precision):
+        """
+        Evaluate the decoder in ``"bf16"`` or ``"fp32"`` from now on and return
+        this model.  After ``train`` and ``load`` the decoder runs in the
+        precision of the fit (bfloat16 after a ``"bf16"`` fit, else float32),
+        so evaluation sees the network that was trained; ``set_precision("fp32")``
+        gives exact float32 evaluation.  Files keep the precision of the fit
+        (``config["training"]["precision"]``), not this setting.
+        """
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"the decoder is evaluated in 'fp32' or 'bf16', got {precision!r} ('tf32' is for training)")
+        set_decoder_precision(self.model, check_precision(precision, self.device))
+        return self
+
     def save(self, path):
         """Write the model to ``path`` (tensors + JSON; see :mod:`pyro_sparse.serialization`)."""
         serialization.write(
@@ -235,17 +256,43 @@ def _jsonable(value):
     return value
 
 
-def _assemble(config, device):
+_CUSTOM = "custom:"
+
+
+def _custom_label(prior):
+    """What the JSON configuration records of a user's prior object (it cannot hold the object)."""
+    return _CUSTOM + getattr(prior, "__qualname__", type(prior).__qualname__)
+
+
+def _assemble(config, device, custom_priors=None):
+    """Model, guide and ELBO of a configuration; ``custom_priors`` holds the user's prior objects by argument."""
     summary = DataSummary(
         config["num_data"],
         config["num_features"],
         np.asarray(config["feature_means"]),
         np.asarray(config["feature_variances"]),
     )
-    model, guide, elbo = registry.build(
-        config["model"], summary, config["latent_dim"], config["likelihood"], config["hyperparameters"]
-    )
+    hyper = {**config["hyperparameters"], **(custom_priors or {})}
+    model, guide, elbo = registry.build(config["model"], summary, config["latent_dim"], config["likelihood"], hyper)
+    # Files written before the precision setting existed were trained in float32.
+    set_decoder_precision(model, config["training"].get("precision", "fp32"))
     return model.to(device), guide.to(device), elbo
+
+
+def _log_kl_terms(model, guide, matrix, device):
+    """Say, once per fit, how each local latent's KL term is computed (closed form or Monte Carlo)."""
+    x = next(iter(minibatches(matrix, 2, device=device, shuffle=False)))
+    # A trace draws random numbers; the fit must not depend on whether it ran.
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        terms = kl_terms(model, guide, x)
+    for term in terms:
+        logger.info(term.describe())
+        if not term.closed_form and getattr(guide, "spike_estimator", None) == "relaxed":
+            warnings.warn(
+                f"{term.describe()}; relaxed spike-and-slab draws are never exactly 0, so that estimate scores "
+                "them by the slab alone: pass spike_estimator='straight_through' for exact draws",
+                stacklevel=3,
+            )
 
 
 def train(
@@ -262,6 +309,7 @@ def train(
     lr_decay=1.0,
     seed=0,
     device="auto",
+    precision="fp32",
     progress=True,
     validation_fraction=0.0,
     early_stopping=None,
@@ -330,6 +378,20 @@ def train(
     is the global batch, split across the processes, which end with
     identical models; only rank 0 writes the checkpoint.  See
     :mod:`pyro_sparse.distributed`.
+
+    ``precision="bf16"`` runs the decoder network's forward pass (most of a
+    step's cost) under :func:`torch.autocast` in bfloat16 on CPU or CUDA and
+    casts its outputs back to float32, so the likelihood, KL terms, priors,
+    proximal steps and parameters stay float32 (decoder outputs agree with
+    float32 to ~0.5 %).  It helps on GPUs and on CPUs with bfloat16
+    instructions (AVX512-BF16, AMX), and costs time on CPUs without.
+    ``"tf32"`` lets every float32 matrix product and convolution on CUDA
+    use TensorFloat-32 during the fit (restored after); it needs CUDA.  The
+    fitted model evaluates its decoder (``reconstruct``,
+    ``heldout_log_likelihood``, ...) in the precision it was trained in,
+    bfloat16 after a ``"bf16"`` fit, float32 otherwise (see
+    :meth:`FittedModel.set_precision`); encoders are always float32.  The
+    setting is saved in model files and checkpoints.
     """
     entry = registry.get_entry(model)
     likelihood = check_likelihood(likelihood)
@@ -375,6 +437,7 @@ def train(
     device = resolve_device(device)
     if strategy == "ddp":
         device = distributed.init_process_group(device)
+    check_precision(precision, device)
     pyro.set_rng_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     train_matrix, validation_matrix = split(matrix, validation_fraction, generator)
@@ -386,16 +449,8 @@ def train(
             f"each step uses all of them (batch_size={summary.num_data})",
             stacklevel=2,
         )
-    # Dense Gaussian codes beyond G dimensions only add unidentifiable
-    # directions that collapse to the prior; sparse codes may be overcomplete.
-    if latent_dim > summary.num_features and not getattr(entry.model, "overcomplete_codes", False):
-        warnings.warn(
-            f"latent_dim={latent_dim} exceeds the {summary.num_features} features: {model!r} has dense "
-            f"Gaussian codes and cannot use more than {summary.num_features} dimensions (the rest collapse to "
-            "the prior and cost time); lower latent_dim, or use 'vsc'/'tvsc' for overcomplete sparse codes",
-            stacklevel=2,
-        )
     hyper = registry.resolve_hyperparameters(model, likelihood, summary, hyperparameters)
+    custom_priors = {k: hyper[k] for k in registry.PRIOR_ARGUMENTS if k in hyper and not isinstance(hyper[k], str)}
     config = {
         "model": model,
         "num_features": summary.num_features,
@@ -406,7 +461,9 @@ def train(
         "feature_variances": summary.feature_variances.tolist(),
         "feature_names": feature_names,
         "layer": layer,
-        "hyperparameters": {k: _jsonable(v) for k, v in hyper.items()},
+        "hyperparameters": {
+            k: _custom_label(v) if k in custom_priors else _jsonable(v) for k, v in hyper.items()
+        },
         "training": {
             "max_epochs": _jsonable(max_epochs),
             "batch_size": _jsonable(batch_size),
@@ -417,6 +474,7 @@ def train(
             "kl_warmup_epochs": _jsonable(kl_warmup_epochs),
             "num_particles": _jsonable(num_particles),
             "particle_reduction": particle_reduction,
+            "precision": precision,
         },
     }
     json.dumps(config)  # fail now, not after training, if a setting cannot be saved
@@ -426,7 +484,23 @@ def train(
         if checkpoint_path is not None and distributed.is_main_process()
         else None
     )
-    model_module, guide, elbo = _assemble(config, device)
+    model_module, guide, elbo = _assemble(config, device, custom_priors)
+    # Dense Gaussian codes beyond G dimensions only add unidentifiable
+    # directions that collapse to the prior; sparse codes may be overcomplete.
+    if latent_dim > summary.num_features and not model_module.latent_prior.sparse_codes:
+        warnings.warn(
+            f"latent_dim={latent_dim} exceeds the {summary.num_features} features: {model!r} has dense "
+            f"Gaussian codes and cannot use more than {summary.num_features} dimensions (the rest collapse to "
+            "the prior and cost time); lower latent_dim, or use sparse codes (e.g. latent_prior='spike_slab')",
+            stacklevel=2,
+        )
+    _log_kl_terms(model_module, guide, train_matrix, device)
+    if precision == "bf16" and set_decoder_precision(model_module, precision) == 0:
+        warnings.warn(
+            f"precision='bf16' changes nothing here: this {model!r} model has no decoder network that runs in "
+            "bfloat16 (e.g. decoder='linear'); it trains in float32",
+            stacklevel=2,
+        )
     check_step_memory(model_module, min(batch_size, summary.num_data) * num_particles, device)
     if num_particles > 1 or particle_reduction == "max":
         elbo = MaxParticleELBO(
@@ -435,43 +509,62 @@ def train(
             vectorize_particles=getattr(model_module, "vectorized_particles", True),
         )
     try:
-        history = fit(
-            model_module,
-            guide,
-            elbo,
-            train_matrix,
-            validation_matrix=validation_matrix,
-            max_epochs=max_epochs,
-            batch_size=min(batch_size, train_matrix.shape[0]),
-            lr=lr,
-            global_lr=global_lr,
-            lr_decay=lr_decay,
-            device=device,
-            generator=generator,
-            progress=progress,
-            early_stopping=early_stopping,
-            kl_warmup_epochs=max_epochs / 4 if kl_warmup_epochs is None else kl_warmup_epochs,
-            on_divergence=on_divergence,
-            max_rollbacks=max_rollbacks,
-            checkpoint=checkpoint,
-            resume=resume,
-            strategy=None if strategy is None else distributed.DataParallel(model_module, guide, elbo),
-        )
+        with tf32_matmuls(precision):
+            history = fit(
+                model_module,
+                guide,
+                elbo,
+                train_matrix,
+                validation_matrix=validation_matrix,
+                max_epochs=max_epochs,
+                batch_size=min(batch_size, train_matrix.shape[0]),
+                lr=lr,
+                global_lr=global_lr,
+                lr_decay=lr_decay,
+                device=device,
+                generator=generator,
+                progress=progress,
+                early_stopping=early_stopping,
+                kl_warmup_epochs=max_epochs / 4 if kl_warmup_epochs is None else kl_warmup_epochs,
+                on_divergence=on_divergence,
+                max_rollbacks=max_rollbacks,
+                checkpoint=checkpoint,
+                resume=resume,
+                strategy=None if strategy is None else distributed.DataParallel(model_module, guide, elbo),
+            )
     except TrainingDivergedError as error:
         error.fitted = FittedModel(config, model_module, guide, error.history)
         raise
     return FittedModel(config, model_module, guide, history)
 
 
-def load(path, device="cpu"):
-    """Load a model written by :meth:`FittedModel.save`; never executes code from the file."""
+def load(path, device="cpu", latent_prior=None, mask_prior=None):
+    """
+    Load a model written by :meth:`FittedModel.save`; never executes code
+    from the file.  A model trained with a user's prior object (a
+    distribution or factory, which the file records by name only) needs the
+    same object again as ``latent_prior=`` / ``mask_prior=``.
+    """
     config, states = serialization.read(path)
     history = config.pop("history", {})
+    custom_priors = {}
+    for argument, value in (("latent_prior", latent_prior), ("mask_prior", mask_prior)):
+        recorded = config.get("hyperparameters", {}).get(argument)
+        is_custom = isinstance(recorded, str) and recorded.startswith(_CUSTOM)
+        if value is not None and not is_custom:
+            raise ValueError(f"{path!r} was not trained with a user-defined {argument}; load it without {argument}=")
+        if is_custom:
+            if value is None:
+                raise ValueError(
+                    f"{path!r} was trained with a user-defined {argument} ({recorded[len(_CUSTOM):]}), which a "
+                    f"model file cannot hold; pass the same object again: load(path, {argument}=...)"
+                )
+            custom_priors[argument] = value
     try:
         entry = registry.get_entry(config["model"])
         if isinstance(entry, registry.EstimatorEntry):
             return entry.estimator.from_saved(config, states, history)
-        model, guide, _ = _assemble(config, resolve_device(device))
+        model, guide, _ = _assemble(config, resolve_device(device), custom_priors)
         model.load_state_dict(states["model"])
         guide.load_state_dict(states["guide"])
     except (KeyError, TypeError, ValueError, RuntimeError) as error:

@@ -168,6 +168,7 @@ def _train(args):
         lr=args.lr,
         seed=args.seed,
         device=args.device,
+        precision=args.precision,
         progress=not args.quiet,
         validation_fraction=args.validation_fraction,
         strategy=args.strategy,
@@ -239,6 +240,10 @@ def build_parser():
     fit.add_argument("--beta", type=float, default=None)
     fit.add_argument("--validation-fraction", type=float, default=0.0)
     fit.add_argument("--device", default="auto")
+    fit.add_argument(
+        "--precision", default="fp32", choices=["fp32", "bf16", "tf32"],
+        help="bf16: decoder networks in bfloat16 (CPU or CUDA); tf32: TensorFloat-32 matmuls (CUDA only)",
+    )
     fit.add_argument(
         "--strategy", default=None, choices=["ddp"],
         help="ddp: data-parallel over the processes torchrun starts "

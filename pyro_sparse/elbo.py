@@ -4,11 +4,14 @@ from typing import NamedTuple
 
 import pyro.util
 import torch
+from pyro import poutine
 from pyro.distributions.util import scale_and_mask
 from pyro.infer import TraceMeanField_ELBO
 from pyro.infer.util import check_fully_reparametrized, torch_item
 from pyro.util import warn_if_nan
 from torch.distributions import kl_divergence
+
+from pyro_sparse.handlers import in_data_plate
 
 _PARTICLE_PLATE = "num_particles_vectorized"  # the outer plate added by pyro.infer.ELBO
 
@@ -295,3 +298,51 @@ class MaxParticleELBO(TraceMeanField_ELBO):
 
     def _differentiable_loss_particle(self, model_trace, guide_trace):
         raise NotImplementedError("MaxParticleELBO reduces over particles jointly; use differentiable_loss")
+
+
+class KLTerm(NamedTuple):
+    """How the mean-field ELBOs compute the KL term of one local latent site."""
+
+    site: str
+    guide: str
+    prior: str
+    closed_form: bool
+
+    def describe(self):
+        if self.closed_form:
+            return f"site {self.site!r}: KL({self.guide} || {self.prior}) in closed form (torch.distributions.kl)"
+        return (
+            f"site {self.site!r}: no closed-form KL({self.guide} || {self.prior}) is registered, so the ELBO uses "
+            f"the Monte-Carlo estimate log q(z) - log p(z); register one with torch.distributions.kl.register_kl"
+        )
+
+
+def _distribution_name(fn):
+    while isinstance(fn, torch.distributions.Independent):
+        fn = fn.base_dist
+    return type(fn).__name__
+
+
+def kl_terms(model, guide, x):
+    """
+    For each latent site inside the data plate, whether
+    ``kl_divergence(q, p)`` is registered for its guide and prior — as
+    :class:`~pyro.infer.TraceMeanField_ELBO` and :class:`MaxParticleELBO`
+    try first — or the ELBO falls back to a Monte-Carlo estimate.  One trace
+    of ``guide`` and ``model`` on ``x``.
+    """
+    with torch.no_grad():
+        guide_trace = poutine.trace(guide).get_trace(x)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
+    terms = []
+    for name, site in model_trace.nodes.items():
+        if site["type"] != "sample" or site["is_observed"] or not in_data_plate(site):
+            continue
+        q, p = guide_trace.nodes[name]["fn"], site["fn"]
+        try:
+            kl_divergence(q, p)
+            closed_form = True
+        except NotImplementedError:
+            closed_form = False
+        terms.append(KLTerm(name, _distribution_name(q), _distribution_name(p), closed_form))
+    return terms

@@ -38,12 +38,15 @@ Non-negative matrix factorisation is scikit-learn's own
 likelihood-based evaluation of the other models.
 """
 
+import inspect
+
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from pyro_sparse import registry
 from pyro_sparse.api import train
 
 try:
@@ -53,6 +56,8 @@ except ImportError:  # scikit-learn < 1.6 has the same function as a method
 
 # train()'s own arguments that the estimator sets from fit's arguments.
 _SET_BY_FIT = ("model", "data", "seed")
+# train()'s own arguments (not the model's hyperparameters).
+_TRAIN_ARGUMENTS = set(inspect.signature(train).parameters)
 
 
 def _seed(random_state):
@@ -116,6 +121,15 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 f"model_options sets {repeated}, which {type(self).__name__} sets itself; "
                 "pass them as constructor parameters (the seed as random_state) instead"
             )
+        # A prior's hyperparameter at its default does not apply to another
+        # prior (lambda0 with mask_prior="horseshoe"): leave it out.
+        chosen = {**parameters, **options}
+        applies = registry.hyperparameter_names(self._model_name, chosen.get("latent_prior"), chosen.get("mask_prior"))
+        defaults = inspect.signature(type(self).__init__).parameters
+        parameters = {
+            k: v for k, v in parameters.items()
+            if k in applies or k in _TRAIN_ARGUMENTS or v is not defaults[k].default
+        }
         self.fitted_ = train(model=self._model_name, data=X, seed=_seed(random_state), **parameters, **options)
         return self
 
@@ -201,6 +215,7 @@ class SparseVAE(SVIEstimator):
         lr=0.01,
         random_state=None,
         device="auto",
+        precision="fp32",
         progress=False,
         model_options=None,
     ):
@@ -217,6 +232,7 @@ class SparseVAE(SVIEstimator):
         self.lr = lr
         self.random_state = random_state
         self.device = device
+        self.precision = precision
         self.progress = progress
         self.model_options = model_options
 
@@ -248,6 +264,7 @@ class VAE(SVIEstimator):
         lr=0.01,
         random_state=None,
         device="auto",
+        precision="fp32",
         progress=False,
         model_options=None,
     ):
@@ -261,6 +278,7 @@ class VAE(SVIEstimator):
         self.lr = lr
         self.random_state = random_state
         self.device = device
+        self.precision = precision
         self.progress = progress
         self.model_options = model_options
 
@@ -271,9 +289,11 @@ class VSC(SVIEstimator):
     spike-and-slab codes, exactly 0 where the spike is more probable.
 
     Only the hyperparameters most often tuned are listed; the rest of
-    ``train``'s arguments for this model (``num_pseudo_inputs``,
-    ``pretrain_epochs``, ``spike_estimator``, ...) go in ``model_options``, a
-    dict forwarded to ``train``.  ``fitted_.spike_probabilities(X)`` gives the
+    ``train``'s arguments for this model, including those of the latent
+    prior (``alpha``, ``num_pseudo_inputs``, ...) and of its guide
+    (``pretrain_epochs``, ``spike_estimator``, ...), go in ``model_options``,
+    a dict forwarded to ``train``: e.g. ``VSC(model_options={"alpha": 0.1})``.
+    ``fitted_.spike_probabilities(X)`` gives the
     codes' γ.
 
     Learned attributes: ``fitted_``, ``history_``, ``n_features_in_``.
@@ -286,9 +306,8 @@ class VSC(SVIEstimator):
         latent_dim=5,
         *,
         hidden_dims=(400,),
-        alpha=0.01,
         beta=1.0,
-        prior="fixed",
+        latent_prior="spike_slab",
         decoder="mlp",
         likelihood="gaussian",
         max_epochs=200,
@@ -296,14 +315,14 @@ class VSC(SVIEstimator):
         lr=0.01,
         random_state=None,
         device="auto",
+        precision="fp32",
         progress=False,
         model_options=None,
     ):
         self.latent_dim = latent_dim
         self.hidden_dims = hidden_dims
-        self.alpha = alpha
         self.beta = beta
-        self.prior = prior
+        self.latent_prior = latent_prior
         self.decoder = decoder
         self.likelihood = likelihood
         self.max_epochs = max_epochs
@@ -311,6 +330,7 @@ class VSC(SVIEstimator):
         self.lr = lr
         self.random_state = random_state
         self.device = device
+        self.precision = precision
         self.progress = progress
         self.model_options = model_options
 
@@ -321,9 +341,10 @@ class ThresholdedVSC(SVIEstimator):
     2022): soft-thresholded Laplace or Gaussian codes.
 
     Only the hyperparameters most often tuned are listed; the rest of
-    ``train``'s arguments for this model (``prior_scale``,
-    ``dictionary_penalty``, ``num_particles``, ``particle_reduction``, ...)
-    go in ``model_options``, a dict forwarded to ``train``.
+    ``train``'s arguments for this model, including those of the latent
+    prior (``threshold``, ``learn_threshold``, ``prior_scale``, ...), go in
+    ``model_options``, a dict forwarded to ``train``: e.g.
+    ``ThresholdedVSC(latent_prior="thresholded_normal", model_options={"learn_threshold": True})``.
 
     Learned attributes: ``fitted_``, ``history_``, ``n_features_in_``.
     """
@@ -335,9 +356,7 @@ class ThresholdedVSC(SVIEstimator):
         latent_dim=5,
         *,
         hidden_dims=(256,),
-        base="laplace",
-        threshold=0.25,
-        learn_threshold=False,
+        latent_prior="thresholded_laplace",
         beta=1.0,
         decoder="mlp",
         likelihood="gaussian",
@@ -346,14 +365,13 @@ class ThresholdedVSC(SVIEstimator):
         lr=0.01,
         random_state=None,
         device="auto",
+        precision="fp32",
         progress=False,
         model_options=None,
     ):
         self.latent_dim = latent_dim
         self.hidden_dims = hidden_dims
-        self.base = base
-        self.threshold = threshold
-        self.learn_threshold = learn_threshold
+        self.latent_prior = latent_prior
         self.beta = beta
         self.decoder = decoder
         self.likelihood = likelihood
@@ -362,6 +380,7 @@ class ThresholdedVSC(SVIEstimator):
         self.lr = lr
         self.random_state = random_state
         self.device = device
+        self.precision = precision
         self.progress = progress
         self.model_options = model_options
 
@@ -399,6 +418,7 @@ class OIVAE(SVIEstimator):
         lr=0.01,
         random_state=None,
         device="auto",
+        precision="fp32",
         progress=False,
         model_options=None,
     ):
@@ -414,5 +434,6 @@ class OIVAE(SVIEstimator):
         self.lr = lr
         self.random_state = random_state
         self.device = device
+        self.precision = precision
         self.progress = progress
         self.model_options = model_options

@@ -1,5 +1,6 @@
 """Plain torch networks shared by models and guides (no Pyro here)."""
 
+import contextlib
 import math
 
 import torch
@@ -80,6 +81,91 @@ def check_step_memory(module, batch_size, device):
         )
 
 
+PRECISIONS = ("fp32", "bf16", "tf32")
+
+
+def check_precision(precision, device):
+    """``precision`` if training on ``device`` can use it, else a ValueError saying what to pass instead."""
+    if precision not in PRECISIONS:
+        raise ValueError(
+            "precision must be 'fp32', 'bf16' (decoder networks in bfloat16) or 'tf32' (TensorFloat-32 "
+            f"matrix products on CUDA), got {precision!r}"
+        )
+    device = torch.device(device)
+    if precision == "tf32" and device.type != "cuda":
+        raise ValueError(
+            f"precision='tf32' needs a CUDA device (TensorFloat-32 is a tensor-core format of NVIDIA GPUs), "
+            f"this run is on {device.type!r}; use 'fp32', or 'bf16' for a bfloat16 decoder"
+        )
+    if precision == "bf16" and device.type not in ("cpu", "cuda"):
+        raise ValueError(f"precision='bf16' runs on 'cpu' or 'cuda', this run is on {device.type!r}; use 'fp32'")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        raise ValueError("precision='bf16' needs a GPU with bfloat16 arithmetic (compute capability 8.0 or newer); use 'fp32'")
+    return precision
+
+
+def set_decoder_precision(module, precision):
+    """
+    Set the precision of every :class:`Decoder` in ``module`` (``"bf16"``, or
+    ``"fp32"``; ``"tf32"`` is a setting of the CUDA backend, not of the
+    modules, see :func:`tf32_matmuls`) and return how many there are.
+    """
+    decoders = [m for m in module.modules() if isinstance(m, Decoder)]
+    for decoder in decoders:
+        decoder.precision = "bf16" if precision == "bf16" else "fp32"
+    return len(decoders)
+
+
+@contextlib.contextmanager
+def tf32_matmuls(precision):
+    """
+    With ``precision="tf32"``, let CUDA float32 matrix products and cuDNN
+    convolutions use TensorFloat-32 (10-bit mantissa, float32 range) inside
+    the block, and restore the backend's settings after; other precisions
+    change nothing.  The settings are process-wide: every float32 matmul on
+    CUDA in the block uses TF32, not only the decoder's.
+    """
+    if precision != "tf32":
+        yield
+        return
+    # torch's fp32_precision settings; mixing them with the legacy allow_tf32 flags is an error in torch.
+    backends = (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
+    saved = [backend.fp32_precision for backend in backends]
+    try:
+        for backend in backends:
+            backend.fp32_precision = "tf32"
+        yield
+    finally:
+        for backend, value in zip(backends, saved):
+            backend.fp32_precision = value
+
+
+class Decoder(nn.Module):
+    """
+    Base class of the decoder networks, whose forward passes are most of a
+    training step's cost.  With ``precision = "bf16"`` (set by
+    :func:`set_decoder_precision`) the forward pass runs under
+    :func:`torch.autocast` in bfloat16 -- matrix products and convolutions
+    take bfloat16 inputs and accumulate in float32 -- and its outputs are cast
+    back to float32, so likelihoods, KL terms, priors and the parameters
+    themselves stay float32 (autocast keeps float32 weights and casts copies).
+    bfloat16 keeps float32's range with an 8-bit mantissa: outputs carry a
+    relative error of order 1e-2.
+    """
+
+    precision = "fp32"
+
+    def __call__(self, *args, **kwargs):
+        if self.precision != "bf16":
+            return super().__call__(*args, **kwargs)
+        device_type = next(self.parameters()).device.type
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            output = super().__call__(*args, **kwargs)
+        if isinstance(output, tuple):
+            return tuple(part.float() for part in output)
+        return output.float()
+
+
 def mlp(in_dim, hidden_dims, out_dim):
     """A ReLU multilayer perceptron ``in_dim -> hidden_dims... -> out_dim``."""
     layers, width = [], in_dim
@@ -90,7 +176,7 @@ def mlp(in_dim, hidden_dims, out_dim):
     return nn.Sequential(*layers)
 
 
-class MaskedDecoder(nn.Module):
+class MaskedDecoder(Decoder):
     r"""
     The sparse decoder of Moran et al. (2022) Eq. 1: feature j is the j-th
     output of one network f_θ applied to the masked code w_j ⊙ z_i,
@@ -213,7 +299,7 @@ class MaskedDecoder(nn.Module):
         return self.output_affine(out, features).reshape(*batch_shape, num_features)
 
 
-class DenseDecoder(nn.Module):
+class DenseDecoder(Decoder):
     """The VAE decoder: an MLP from K latents to G outputs, then the feature affine map."""
 
     def __init__(self, num_features, latent_dim, hidden_dims):
@@ -225,7 +311,7 @@ class DenseDecoder(nn.Module):
         return self.output_affine(self.net(z))
 
 
-class HeteroscedasticDecoder(nn.Module):
+class HeteroscedasticDecoder(Decoder):
     """
     An MLP from K latents to a mean and a variance per feature and data point
     (Tonolini et al., supplement A.1: the likelihood network outputs μ and
@@ -280,7 +366,7 @@ class ConvEncoder28(nn.Module):
         return out.reshape(*batch_shape, -1)
 
 
-class ConvDecoder28(nn.Module):
+class ConvDecoder28(Decoder):
     """
     The generator of Fallah & Rozell (2022) Table 5: a linear layer to 128
     units, then transposed 4x4 convolutions 128 -> 64 -> 64 -> 1 (4x4 -> 7x7

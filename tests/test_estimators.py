@@ -29,7 +29,7 @@ from pyro_sparse.estimators import OIVAE, VAE, VSC, SparseVAE, SVIEstimator, Thr
 
 ESTIMATORS = [SparseVAE, VAE, VSC, ThresholdedVSC, OIVAE]
 QUICK = {"latent_dim": 2, "hidden_dims": (8,), "max_epochs": 2, "batch_size": 50, "device": "cpu"}
-TRAINING = ("likelihood", "max_epochs", "batch_size", "lr", "device")
+TRAINING = ("likelihood", "max_epochs", "batch_size", "lr", "device", "precision")
 
 
 def quick(cls, **parameters):
@@ -48,9 +48,14 @@ def test_parameters_are_trains_with_its_defaults(cls):
     name = cls._model_name
     entry = registry.MODELS[name]
     train_defaults = {k: p.default for k, p in inspect.signature(pyro_sparse.train).parameters.items()}
+    latent_prior = registry.LATENT_PRIORS[entry.latent_prior]
+    classes = [registry.GUIDES[latent_prior.guide_family], latent_prior, entry.model]
+    if entry.mask_prior is not None:
+        classes.insert(2, registry.MASK_PRIORS[entry.mask_prior])
     model_defaults = {
-        **{k: p.default for k, p in inspect.signature(entry.guide.__init__).parameters.items()},
-        **{k: p.default for k, p in inspect.signature(entry.model.__init__).parameters.items()},
+        **{k: p.default for cls_ in classes for k, p in inspect.signature(cls_.__init__).parameters.items()},
+        "latent_prior": entry.latent_prior,
+        "mask_prior": entry.mask_prior,
     }
     parameters = inspect.signature(cls.__init__).parameters
     hyperparameters = registry.hyperparameter_names(name)

@@ -423,7 +423,7 @@ FAMILIES = [
     ("ssl_dgm", {}),
     ("ssl_dgm", {"mask_prior": "horseshoe"}),
     ("vae", {"validation_fraction": 0.2, "early_stopping": 2}),
-    ("vsc", {"prior": "pseudo_inputs", "num_pseudo_inputs": 4}),
+    ("vsc", {"latent_prior": "pseudo_inputs", "num_pseudo_inputs": 4}),
     ("vsc", {"decoder": "linear", "spike_estimator": "straight_through"}),
     ("tvsc", {"learn_threshold": True, "num_particles": 3, "particle_reduction": "max"}),
     ("oi_vae", {}),

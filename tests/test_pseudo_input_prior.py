@@ -66,14 +66,14 @@ def test_vsc_trains_with_pseudo_inputs_and_the_prior_sparsity_follows_alpha():
     mean_gate = {}
     for alpha in (0.02, 0.8):
         fitted = pyro_sparse.train(
-            "vsc", X, prior="pseudo_inputs", num_pseudo_inputs=5, alpha=alpha, latent_dim=8,
+            "vsc", X, latent_prior="pseudo_inputs", num_pseudo_inputs=5, alpha=alpha, latent_dim=8,
             max_epochs=10, lr=1e-3, hidden_dims=(32,), progress=False,
         )
-        assert fitted.model.pseudo_inputs.shape == (5, 64)
+        assert fitted.model.latent_prior.pseudo_inputs.shape == (5, 64)
         assert np.isfinite(fitted.history_["train_loss"]).all()
         assert np.isfinite(fitted.heldout_log_likelihood(X[:20], 5)).all()
         with torch.no_grad():
-            prior = fitted.model.latent_prior(torch.as_tensor(X[:10]))
+            prior = fitted.model.latent_prior.distribution(torch.as_tensor(X[:10]))
         assert isinstance(prior, SelectedSpikeAndSlab) and prior.batch_shape == (10,)
         mean_gate[alpha] = prior.components.gate.mean().item()
     # The sparsity term pulls the pseudo-inputs' mean spike probability towards α.

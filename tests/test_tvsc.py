@@ -21,11 +21,11 @@ def digits():
 @pytest.mark.parametrize(
     "options",
     [
-        dict(base="laplace"),
-        dict(base="gaussian", threshold=0.52),
-        dict(base="laplace", learn_threshold=True),
-        dict(base="laplace", decoder="linear"),
-        dict(base="laplace", straight_through=False),
+        dict(latent_prior="thresholded_laplace"),
+        dict(latent_prior="thresholded_normal"),
+        dict(learn_threshold=True),
+        dict(decoder="linear"),
+        dict(straight_through=False),
     ],
 )
 def test_variants_train_and_give_exactly_sparse_codes(digits, options):
@@ -111,7 +111,7 @@ def test_linear_dictionary_with_vectorised_particles(digits):
 
 def test_bad_tvsc_settings_are_named(digits):
     for options, message in [
-        (dict(base="cauchy"), "base"),
+        (dict(latent_prior="thresholded_cauchy"), "latent_prior"),
         (dict(decoder="conv"), "28x28 images"),
         (dict(decoder="transformer"), "decoder"),
         (dict(threshold=0.0), "threshold"),
@@ -130,9 +130,9 @@ def test_conv_networks_of_table_5_on_28x28_images():
     assert fitted.transform(X[:5]).shape == (5, 8)
 
 
-@pytest.mark.parametrize("base, family", [("laplace", "Laplace"), ("gaussian", "Normal")])
-def test_no_threshold_gives_the_plain_base_priors(digits, base, family):
-    fitted = pyro_sparse.train("tvsc", digits, base=base, threshold=None, **QUICK)
+@pytest.mark.parametrize("prior, family", [("thresholded_laplace", "Laplace"), ("thresholded_normal", "Normal")])
+def test_no_threshold_gives_the_plain_base_priors(digits, prior, family):
+    fitted = pyro_sparse.train("tvsc", digits, latent_prior=prior, threshold=None, **QUICK)
     posterior = fitted.guide.posterior(torch.as_tensor(digits[:5])).base_dist
     assert type(posterior).__name__ == family
     assert (fitted.transform(digits[:5]) != 0).all()  # dense codes

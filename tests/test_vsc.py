@@ -165,7 +165,7 @@ def test_conditional_samples_vary_only_active_dimensions(fitted, digits, monkeyp
 
 
 def test_pseudo_input_model_round_trips_through_a_file(digits, tmp_path):
-    fitted = pyro_sparse.train("vsc", digits, prior="pseudo_inputs", num_pseudo_inputs=4, **QUICK)
+    fitted = pyro_sparse.train("vsc", digits, latent_prior="pseudo_inputs", num_pseudo_inputs=4, **QUICK)
     fitted.save(tmp_path / "vsc.pt")
     loaded = pyro_sparse.load(tmp_path / "vsc.pt")
     np.testing.assert_allclose(loaded.transform(digits), fitted.transform(digits))
@@ -187,7 +187,7 @@ def test_near_constant_pixels_do_not_break_the_likelihood():
 
 
 def test_alpha_one_is_refused_with_the_alternative():
-    with pytest.raises(ValueError, match="model='vae'"):
+    with pytest.raises(ValueError, match="latent_prior='normal'"):
         pyro_sparse.train("vsc", np.random.default_rng(0).normal(size=(50, 4)), alpha=1.0, **QUICK)
 
 
@@ -291,8 +291,8 @@ def test_linear_vsc_with_vectorised_max_particles():
 def test_bad_linear_vsc_settings_are_named():
     X, _, _ = sparse_linear_data(num_data=50)
     for options, message in [
-        (dict(decoder="conv"), "decoder"),
-        (dict(decoder="linear", prior="pseudo_inputs"), "pseudo_inputs"),
+        (dict(decoder="conv"), "28x28 images"),
+        (dict(decoder="mesh"), "decoder"),
         (dict(decoder="linear", dictionary_penalty=0.0), "dictionary_penalty"),
         (dict(decoder="linear", noise_variance=-1.0), "noise_variance"),
         (dict(spike_estimator="gumbel"), "spike_estimator"),

@@ -1,0 +1,333 @@
+"""
+Priors of the per-data-point code z, as modules a model samples its codes from.
+
+A model calls ``z = latent_prior.sample(x, kl_weight)`` inside its data
+plate; what it gets back is a (batch, K) code, whatever the prior.  Each
+prior states the guide family it pairs with (``guide_family``: ``"normal"``,
+``"spike_slab"`` or ``"thresholded"``; :mod:`pyro_sparse.registry` maps the
+family to a guide class) and what that guide must share with it
+(``guide_options``).  The KL term between guide and prior is whatever
+``torch.distributions.kl`` has registered for the pair, else a Monte-Carlo
+estimate (Pyro's mean-field ELBO falls back to log p(z) - log q(z) by
+itself; ``train`` logs which one each site uses).
+
+Registered names (``train(..., latent_prior="spike_slab", alpha=0.1)``; the
+keyword arguments of each class below are the prior's hyperparameters):
+
+* ``"normal"``: :class:`NormalPrior`, N(0, Σ);
+* ``"spike_slab"``: :class:`SpikeSlabPrior`, VSC's α N(0, 1) + (1 - α) δ_0;
+* ``"pseudo_inputs"``: :class:`PseudoInputPrior`, VSC's learned prior;
+* ``"thresholded_laplace"`` / ``"thresholded_normal"``: :class:`ThresholdedPrior`,
+  Fallah & Rozell's soft-thresholded codes, optionally with a learned threshold.
+
+Any Pyro distribution is a prior too (:class:`DistributionPrior`): pass an
+instance, e.g. ``latent_prior=dist.Laplace(0.0, 1.0)``, or a factory
+``f(latent_dim) -> distribution``; a factory that is an ``nn.Module`` has its
+parameters learned with the model's.  Priors know nothing of the model.
+"""
+
+import math
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from torch import nn
+from torch.distributions import Distribution, constraints
+
+from pyro_sparse.distributions import SelectedSpikeAndSlab, SpikeAndSlab
+from pyro_sparse.distributions.thresholded import code_distribution
+
+
+class LatentPrior(nn.Module):
+    """
+    The prior of a data point's code z, event shape (K,).  Subclasses give
+    :meth:`distribution`; priors with more local latents than z (a learned
+    threshold) or extra terms (a factor) override :meth:`sample`.
+    """
+
+    guide_family = "normal"
+    # Whether codes are sparse, so that more dimensions than features are
+    # meaningful (train() warns about latent_dim > G only for dense codes).
+    sparse_codes = True
+
+    def __init__(self, latent_dim):
+        super().__init__()
+        self.latent_dim = latent_dim
+
+    def distribution(self, x):
+        """p(z) for the data points of ``x``: event shape (K,), batch broadcastable to ``x.shape[:-1]``."""
+        raise NotImplementedError
+
+    def guide_options(self):
+        """What a guide of this prior's family must share with it."""
+        return {}
+
+    def attach_guide(self, guide):
+        """Called once the guide is built; for priors that use the guide's networks."""
+
+    def sample(self, x, kl_weight):
+        """The code sites of one minibatch (inside the model's data plate); returns z."""
+        with poutine.scale(scale=kl_weight):
+            return pyro.sample("z", self.distribution(x))
+
+
+class NormalPrior(LatentPrior):
+    """
+    z ~ N(0, Σ_z), Σ_z = I_K unless ``prior_covariance`` (a (K, K) positive
+    definite array) is given (Moran et al. 2022, Eq. 59).
+    """
+
+    sparse_codes = False
+
+    def __init__(self, latent_dim, prior_covariance=None):
+        super().__init__(latent_dim)
+        self.identity_covariance = prior_covariance is None
+        covariance = torch.eye(latent_dim) if prior_covariance is None else torch.as_tensor(
+            prior_covariance, dtype=torch.float32
+        )
+        if covariance.shape != (latent_dim, latent_dim):
+            raise ValueError(f"prior_covariance must be ({latent_dim}, {latent_dim}), got {tuple(covariance.shape)}")
+        scale_tril, info = torch.linalg.cholesky_ex(covariance)
+        if info != 0 or not torch.allclose(covariance, covariance.T):
+            raise ValueError("prior_covariance must be a symmetric positive definite matrix")
+        self.register_buffer("scale_tril", scale_tril)
+
+    def distribution(self, x):
+        if self.identity_covariance:
+            return dist.Normal(x.new_zeros(self.latent_dim), 1.0).to_event(1)
+        return dist.MultivariateNormal(x.new_zeros(self.latent_dim), scale_tril=self.scale_tril)
+
+
+class SpikeSlabPrior(LatentPrior):
+    r"""
+    z_k ~ α N(0, 1) + (1 - α) δ_0 (Tonolini et al., ICLR version Eq. 4):
+    α is the prior probability that a code dimension is non-zero.
+    """
+
+    guide_family = "spike_slab"
+
+    def __init__(self, latent_dim, alpha=0.01):
+        super().__init__(latent_dim)
+        if not 0 < alpha < 1:
+            # α = 1 is the Gaussian limit, but then the spike term (1-γ)log((1-γ)/(1-α))
+            # of the KL is infinite for any posterior with γ < 1: use latent_prior="normal".
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}; for alpha = 1 use latent_prior='normal'")
+        self.alpha = float(alpha)
+
+    def distribution(self, x):
+        return SpikeAndSlab(x.new_full((self.latent_dim,), self.alpha), 0.0, 1.0).to_event(1)
+
+
+class PseudoInputPrior(SpikeSlabPrior):
+    r"""
+    The learned spike-and-slab prior of VSC's UAI version (supplement A.3):
+    ``num_pseudo_inputs`` learned inputs u_p, encoded by the guide's
+    recognition network into spike-and-slab components, and a selection
+    function C_ω(x) (one linear layer + ReLU, normalised to unit sum, then
+    sigmoid(a(· − b)) with a = ``selection_sharpness``, b =
+    ``selection_threshold``) that weighs them per data point.  The KL of the
+    pseudo-inputs' mean spike probability to α is added once per data point,
+    which keeps the prior's sparsity at α.  Pseudo-inputs are learned in the
+    guide's standardised units.
+    """
+
+    def __init__(
+        self, num_features, latent_dim, alpha=0.01, num_pseudo_inputs=20, selection_sharpness=60.0,
+        selection_threshold=0.5,
+    ):
+        super().__init__(latent_dim, alpha)
+        if num_pseudo_inputs < 1:
+            raise ValueError(f"num_pseudo_inputs must be positive, got {num_pseudo_inputs}")
+        self.pseudo_inputs = nn.Parameter(torch.randn(num_pseudo_inputs, num_features))
+        self.selection = nn.Sequential(nn.Linear(num_features, num_pseudo_inputs), nn.ReLU())
+        self.selection_sharpness, self.selection_threshold = float(selection_sharpness), float(selection_threshold)
+        self._encode = self._to_data_units = None
+
+    def attach_guide(self, guide):
+        # Bound methods, not submodules: the guide owns (and saves) its networks.
+        self._encode, self._to_data_units = guide.posterior, guide.input_affine.forward
+
+    def distribution(self, x):
+        if self._encode is None:
+            raise RuntimeError("PseudoInputPrior needs the guide's recognition network: call attach_guide(guide)")
+        # Supplement A.3: u* = sigmoid(a (u / Σu - b)), u = ReLU(linear(x)).
+        scores = self.selection(x)
+        scores = scores / scores.sum(-1, keepdim=True).clamp_min(1e-12)
+        weights = torch.sigmoid(self.selection_sharpness * (scores - self.selection_threshold))
+        encoded = self._encode(self._to_data_units(self.pseudo_inputs)).base_dist
+        # The recognition model may give γ = 1 exactly (log γ = -ReLU(-v)); a
+        # prior component without an atom would make the KL from any posterior
+        # with one infinite.
+        gate = encoded.gate.clamp(1e-6, 1 - 1e-6)
+        return SelectedSpikeAndSlab(weights, SpikeAndSlab(gate, encoded.loc, encoded.scale))
+
+    def sparsity_penalty(self, prior):
+        """KL(Bernoulli(mean spike probability of the pseudo-inputs) ‖ Bernoulli(α)), summed over k."""
+        mean_gate = prior.components.gate.mean(0).clamp(1e-6, 1 - 1e-6)
+        alpha = self.alpha
+        return (
+            mean_gate * (mean_gate / alpha).log() + (1 - mean_gate) * ((1 - mean_gate) / (1 - alpha)).log()
+        ).sum()
+
+    def sample(self, x, kl_weight):
+        prior = self.distribution(x)
+        # Once per data point, so it is weighed like the code's own KL.
+        pyro.factor("prior_sparsity", -self.sparsity_penalty(prior).expand(x.shape[:1]))
+        with poutine.scale(scale=kl_weight):
+            return pyro.sample("z", prior)
+
+
+class ThresholdedPrior(LatentPrior):
+    r"""
+    Codes z = T(s; λ, 0), base draws s ~ Laplace(0, b0) or N(0, σ0²) through
+    the shifted soft-threshold (Fallah & Rozell 2022, Eq. 2); for the Laplace
+    base z is exactly spike-and-slab with γ = exp(-λ/b0) (Prop. 3.1).  As in
+    the paper's Eq. 5, the KL term with the thresholded guide is that of the
+    *base* distributions (registered in
+    :mod:`pyro_sparse.distributions.thresholded`).  With ``learn_threshold``
+    λ is a local latent with a Gamma(α0, α0/λ0) prior (mean λ0; Sec. 3.2,
+    Appendix B) and its own KL weight ``threshold_beta`` (β2).
+
+    :param str base: ``"laplace"`` or ``"gaussian"``.
+    :param float threshold: λ0; ``None`` for no threshold (plain Laplace /
+        Gaussian codes).  The registered names use the paper's defaults
+        (Appendix D): 0.25 with b0 = 0.1 (Laplace), 0.52 with σ0 = √0.1
+        (Gaussian), ~10% non-zero codes a priori.
+    :param float prior_scale: b0 or σ0.
+    """
+
+    guide_family = "thresholded"
+
+    def __init__(
+        self, latent_dim, base, threshold, prior_scale, learn_threshold=False, threshold_concentration=3.0,
+        threshold_beta=0.1,
+    ):
+        super().__init__(latent_dim)
+        if base not in ("laplace", "gaussian"):
+            raise ValueError(f"base must be 'laplace' or 'gaussian', got {base!r}")
+        if threshold is None and learn_threshold:
+            raise ValueError("learn_threshold needs a threshold λ0 for its Gamma prior")
+        for name, value in [("threshold", 1.0 if threshold is None else threshold), ("prior_scale", prior_scale),
+                            ("threshold_beta", threshold_beta), ("threshold_concentration", threshold_concentration)]:
+            if not value > 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        self.base, self.learn_threshold = base, bool(learn_threshold)
+        self.threshold = None if threshold is None else float(threshold)
+        self.prior_scale, self.threshold_concentration = float(prior_scale), float(threshold_concentration)
+        self.threshold_beta = float(threshold_beta)
+
+    def guide_options(self):
+        return {
+            "base": self.base,
+            "threshold": self.threshold,
+            "learn_threshold": self.learn_threshold,
+            "threshold_kl_weight": self.threshold_beta,
+        }
+
+    def _codes(self, x, threshold):
+        return code_distribution(self.base, x.new_zeros(self.latent_dim), self.prior_scale, threshold).to_event(1)
+
+    def distribution(self, x):
+        """p(z) at the prior threshold λ0 (for a learned threshold, its prior mean)."""
+        return self._codes(x, None if self.threshold is None else x.new_full((self.latent_dim,), self.threshold))
+
+    def sample(self, x, kl_weight):
+        if not self.learn_threshold:
+            return super().sample(x, kl_weight)
+        concentration = x.new_full((self.latent_dim,), self.threshold_concentration)
+        with poutine.scale(scale=self.threshold_beta):
+            threshold = pyro.sample("threshold", dist.Gamma(concentration, concentration / self.threshold).to_event(1))
+        with poutine.scale(scale=kl_weight):
+            return pyro.sample("z", self._codes(x, threshold))
+
+
+class ThresholdedLaplacePrior(ThresholdedPrior):
+    """Soft-thresholded Laplace(0, b0) codes; see :class:`ThresholdedPrior`."""
+
+    def __init__(self, latent_dim, threshold=0.25, prior_scale=0.1, learn_threshold=False,
+                 threshold_concentration=3.0, threshold_beta=0.1):
+        super().__init__(latent_dim, "laplace", threshold, prior_scale, learn_threshold, threshold_concentration,
+                         threshold_beta)
+
+
+class ThresholdedNormalPrior(ThresholdedPrior):
+    """Soft-thresholded N(0, σ0²) codes (the paper's Gaussian "spread" 0.1 is σ0²); see :class:`ThresholdedPrior`."""
+
+    def __init__(self, latent_dim, threshold=0.52, prior_scale=math.sqrt(0.1), learn_threshold=False,
+                 threshold_concentration=3.0, threshold_beta=0.1):
+        super().__init__(latent_dim, "gaussian", threshold, prior_scale, learn_threshold, threshold_concentration,
+                         threshold_beta)
+
+
+def _real_valued(support):
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    return support is constraints.real
+
+
+class DistributionPrior(LatentPrior):
+    """
+    A user's Pyro distribution as the prior of z.
+
+    :param prior: a ``TorchDistribution`` instance — scalar (expanded to K
+        independent coordinates), with batch shape (K,), or with event shape
+        (K,) — or a factory ``f(latent_dim)`` returning one.  A factory that
+        is an ``nn.Module`` is a submodule of this prior, so its parameters
+        (learnable hyperparameters) are fitted with the model and follow it
+        to the GPU; an instance's tensors stay where they were created.
+    :param int latent_dim: K.
+    """
+
+    def __init__(self, prior, latent_dim):
+        super().__init__(latent_dim)
+        if isinstance(prior, type):
+            raise TypeError(
+                f"latent_prior must be a distribution instance or a factory, got the class {prior.__name__}; "
+                f"pass an instance, e.g. {prior.__name__}(...), or a function of latent_dim returning one"
+            )
+        if isinstance(prior, Distribution):
+            self.instance, self.factory = prior, None
+        elif callable(prior):
+            self.instance, self.factory = None, prior
+        else:
+            raise TypeError(f"latent_prior must be a name, a Pyro distribution or a factory, got {prior!r}")
+        built = self._build()
+        # The registry pairs a guide with the user's distribution by this type.
+        self.distribution_type = type(built)
+        self.prototype = self._as_code_distribution(built)
+
+    def _build(self):
+        built = self.instance if self.factory is None else self.factory(self.latent_dim)
+        if not isinstance(built, Distribution):
+            raise TypeError(f"the latent_prior factory must return a Pyro distribution, got {type(built).__name__}")
+        return built
+
+    def _as_code_distribution(self, prior):
+        K, name = self.latent_dim, type(prior).__name__
+        shapes = f"batch shape {tuple(prior.batch_shape)} and event shape {tuple(prior.event_shape)}"
+        if not _real_valued(prior.support):
+            raise ValueError(f"latent_prior {name} has support {prior.support}; codes z are real-valued")
+        if prior.event_shape == (K,) and prior.batch_shape == ():
+            return prior
+        if prior.event_shape == () and len(prior.batch_shape) <= 1 and prior.batch_shape in ((), (1,), (K,)):
+            return prior.expand((K,)).to_event(1)
+        raise ValueError(
+            f"latent_prior {name} has {shapes}, but codes of latent_dim={K} need a scalar distribution, "
+            f"batch shape ({K},) or event shape ({K},)"
+        )
+
+    def distribution(self, x):
+        return self.prototype if self.factory is None else self._as_code_distribution(self._build())
+
+
+__all__ = [
+    "DistributionPrior",
+    "LatentPrior",
+    "NormalPrior",
+    "PseudoInputPrior",
+    "SpikeSlabPrior",
+    "ThresholdedLaplacePrior",
+    "ThresholdedNormalPrior",
+    "ThresholdedPrior",
+]
