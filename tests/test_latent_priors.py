@@ -1,0 +1,269 @@
+"""Pluggable priors: named priors, user distributions, guide pairing, KL paths, shapes and files."""
+
+import logging
+import math
+import runpy
+from pathlib import Path
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.distributions import TorchDistribution
+from pyro.infer import TraceMeanField_ELBO
+from torch import nn
+from torch.distributions import constraints
+from torch.distributions.kl import register_kl
+from torch.distributions.utils import broadcast_all
+
+import pyro_sparse
+from pyro_sparse import registry
+from pyro_sparse.data import DataSummary
+from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse.guides import AmortizedNormalGuide, SpikeSlabGuide, ThresholdedGuide
+from pyro_sparse.latent_priors import DistributionPrior, NormalPrior, SpikeSlabPrior, ThresholdedLaplacePrior
+from pyro_sparse.priors import DistributionSitePrior
+
+QUICK = {"latent_dim": 3, "hidden_dims": (8,), "max_epochs": 2, "batch_size": 50, "progress": False, "device": "cpu"}
+TUTORIAL = Path(__file__).parents[1] / "benchmarks" / "custom_prior_tutorial.py"
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_sparse_dgm(n=200, rho=0.0, seed=0)
+
+
+class CenteredNormal(TorchDistribution):
+    """A user's N(0, scale²) written from scratch: no KL with anything is registered for it."""
+
+    arg_constraints = {"scale": constraints.positive}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, scale, validate_args=None):
+        (self.scale,) = broadcast_all(scale)
+        super().__init__(self.scale.shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(type(self), _instance)
+        new.scale = self.scale.expand(batch_shape)
+        super(CenteredNormal, new).__init__(torch.Size(batch_shape), validate_args=False)
+        return new
+
+    def rsample(self, sample_shape=torch.Size()):
+        return self.scale * torch.randn(self._extended_shape(sample_shape))
+
+    def log_prob(self, value):
+        return -0.5 * (value / self.scale) ** 2 - self.scale.log() - 0.5 * math.log(2 * math.pi)
+
+
+class CenteredNormalWithKL(CenteredNormal):
+    """The same prior with KL(Normal || ·) registered in closed form."""
+
+
+@register_kl(dist.Normal, CenteredNormalWithKL)
+def _kl_normal_centered(q, p):
+    ratio = (q.scale / p.scale) ** 2
+    return 0.5 * (ratio + (q.loc / p.scale) ** 2 - 1 - ratio.log())
+
+
+# ------------------------------------------------------- named priors, guides
+@pytest.mark.parametrize(
+    "model, prior, guide",
+    [
+        ("ssl_dgm", "normal", AmortizedNormalGuide),
+        ("ssl_dgm", "spike_slab", SpikeSlabGuide),
+        ("ssl_dgm", "thresholded_laplace", ThresholdedGuide),
+        ("vae", "thresholded_normal", ThresholdedGuide),
+        ("oi_vae", "spike_slab", SpikeSlabGuide),
+        ("vsc", "normal", AmortizedNormalGuide),
+        ("tvsc", "spike_slab", SpikeSlabGuide),
+    ],
+)
+def test_any_named_prior_trains_with_any_model_and_its_guide_follows(data, model, prior, guide):
+    fitted = pyro_sparse.train(model, data.X, latent_prior=prior, **QUICK)
+    assert type(fitted.guide) is guide
+    assert np.isfinite(fitted.history_["train_loss"]).all()
+    draws = fitted.sample_posterior(data.X[:20], 20)
+    # Posteriors of sparse priors draw exact zeros; Gaussian ones never do.
+    assert ((draws == 0).any() if prior != "normal" else (draws != 0).all())
+    assert np.isfinite(fitted.heldout_log_likelihood(data.X[:20], 4)).all()
+
+
+def test_sparse_mapping_and_sparse_codes_together_recover_the_support():
+    """The SSL-masked decoder with spike-and-slab codes: W finds the true support and the codes have exact zeros."""
+    truth = synthetic_sparse_dgm(n=500, rho=0.0, seed=0)
+    fitted = pyro_sparse.train(
+        "ssl_dgm", truth.X, latent_prior="spike_slab", alpha=0.5,
+        **{**QUICK, "latent_dim": 2, "hidden_dims": (20, 20), "max_epochs": 60},
+    )
+    support = np.abs(fitted.W_) > 0.1
+    # Factors are found up to order: match columns by overlap with the truth.
+    if (support == truth.support[:, ::-1]).sum() > (support == truth.support).sum():
+        support = support[:, ::-1]
+    np.testing.assert_array_equal(support, truth.support)
+    assert 0.1 < (fitted.transform(truth.X) == 0).mean() < 0.9
+    assert fitted.model.site_priors["W"].inclusion_probs.shape == (7, 2)
+
+
+@pytest.mark.parametrize("decoder", ["mlp", "linear", "conv"])
+@pytest.mark.parametrize("model, prior", [("vsc", "spike_slab"), ("tvsc", "thresholded_laplace")])
+def test_sparse_codes_with_every_decoder(model, prior, decoder):
+    rng = np.random.default_rng(0)
+    X = rng.random((40, 784 if decoder == "conv" else 12)).astype(np.float32)
+    fitted = pyro_sparse.train(model, X, latent_prior=prior, decoder=decoder, **{**QUICK, "batch_size": 20})
+    assert np.isfinite(fitted.history_["train_loss"]).all()
+    assert type(fitted.guide.encoder).__name__ == ("ConvEncoder28" if decoder == "conv" else "Sequential")
+    assert (fitted.sample_posterior(X[:10], 20) == 0).any()
+
+
+def test_prior_hyperparameters_reach_the_prior_and_foreign_ones_are_refused(data):
+    fitted = pyro_sparse.train("ssl_dgm", data.X, latent_prior="spike_slab", alpha=0.3, **QUICK)
+    assert fitted.model.latent_prior.alpha == 0.3
+    assert fitted.config["hyperparameters"]["alpha"] == 0.3
+    with pytest.raises(TypeError, match="no hyperparameter.*alpha"):
+        pyro_sparse.train("ssl_dgm", data.X, alpha=0.3, **QUICK)  # alpha belongs to spike_slab, not normal
+    with pytest.raises(TypeError, match="no hyperparameter.*lambda0"):
+        pyro_sparse.train("ssl_dgm", data.X, mask_prior="horseshoe", lambda0=5.0, **QUICK)
+    with pytest.raises(TypeError, match="do not apply.*'normal' guide"):
+        pyro_sparse.train("vae", data.X, latent_prior=dist.Laplace(0.0, 1.0), slope_start=10.0, **QUICK)
+
+
+# ---------------------------------------------------- user priors, KL paths
+def test_a_user_prior_without_a_kl_trains_by_monte_carlo_and_says_so(data, caplog):
+    with caplog.at_level(logging.INFO, logger="pyro_sparse"):
+        fitted = pyro_sparse.train("vae", data.X, latent_prior=CenteredNormal(1.0), **QUICK)
+    assert "no closed-form KL(Normal || CenteredNormal)" in caplog.text and "Monte-Carlo" in caplog.text
+    assert np.isfinite(fitted.history_["train_loss"]).all()
+    assert fitted.config["hyperparameters"]["latent_prior"] == "custom:CenteredNormal"
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pyro_sparse"):
+        pyro_sparse.train("vae", data.X, latent_prior=CenteredNormalWithKL(1.0), **QUICK)
+    assert "KL(Normal || CenteredNormalWithKL) in closed form" in caplog.text
+
+
+def test_a_registered_kl_gives_the_monte_carlo_elbo_in_expectation(data):
+    """Same model and guide parameters; the closed-form ELBO equals the mean of many Monte-Carlo ELBOs."""
+    summary = DataSummary.of(torch.as_tensor(data.X))
+    hyper = registry.resolve_hyperparameters("vae", "gaussian", summary, {"hidden_dims": (8,)})
+    x = torch.as_tensor(data.X[:50])
+    losses = {}
+    for prior in (CenteredNormal(0.7), CenteredNormalWithKL(0.7)):
+        pyro.set_rng_seed(0)
+        model, guide, _ = registry.build("vae", summary, 3, "gaussian", {**hyper, "latent_prior": prior})
+        if losses:
+            model.load_state_dict(reference[0])
+            guide.load_state_dict(reference[1])
+        reference = (model.state_dict(), guide.state_dict())
+        elbo = TraceMeanField_ELBO(num_particles=4000, vectorize_particles=True, max_plate_nesting=1)
+        # The likelihood term's Monte-Carlo noise is shared: fix the draws.
+        pyro.set_rng_seed(1)
+        losses[type(prior).__name__] = elbo.loss(model, guide, x)
+    mc, closed = losses["CenteredNormal"], losses["CenteredNormalWithKL"]
+    # The two differ only in the KL term (~13 nats here); they agree to 2% of it.
+    with torch.no_grad():
+        kl = torch.distributions.kl_divergence(guide.posterior(x).base_dist, dist.Normal(0.0, 0.7)).sum().item()
+    assert abs(mc - closed) < 0.02 * kl, (losses, kl)
+
+
+def test_a_learnable_factory_prior_fits_its_parameters(data):
+    class LearnedScale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.log_scale = nn.Parameter(torch.tensor(1.0))
+
+        def forward(self, latent_dim):
+            return dist.Normal(0.0, self.log_scale.exp())
+
+    factory = LearnedScale()
+    fitted = pyro_sparse.train("vae", data.X, latent_prior=factory, **{**QUICK, "max_epochs": 5})
+    assert fitted.model.latent_prior.factory is factory
+    assert factory.log_scale.item() != 1.0  # the ELBO moved it
+
+
+def test_user_priors_round_trip_through_a_file_only_when_passed_again(data, tmp_path):
+    prior = CenteredNormal(0.5)
+    fitted = pyro_sparse.train("vae", data.X, latent_prior=prior, **QUICK)
+    fitted.save(tmp_path / "model.pt")
+    with pytest.raises(ValueError, match="user-defined latent_prior \\(CenteredNormal\\).*load\\(path, latent_prior="):
+        pyro_sparse.load(tmp_path / "model.pt")
+    loaded = pyro_sparse.load(tmp_path / "model.pt", latent_prior=prior)
+    np.testing.assert_allclose(loaded.transform(data.X), fitted.transform(data.X))
+    named = pyro_sparse.train("vae", data.X, **QUICK)
+    named.save(tmp_path / "named.pt")
+    with pytest.raises(ValueError, match="not trained with a user-defined latent_prior"):
+        pyro_sparse.load(tmp_path / "named.pt", latent_prior=prior)
+
+
+def test_a_user_mask_prior_is_a_plain_map_term(data):
+    fitted = pyro_sparse.train("ssl_dgm", data.X, mask_prior=dist.Laplace(0.0, 1.0), **QUICK)
+    prior = fitted.model.site_priors["W"]
+    assert isinstance(prior, DistributionSitePrior)
+    assert prior.distribution().event_shape == (7, 3)
+    with pytest.raises(ValueError, match="do not broadcast to the site's shape \\(7, 3\\)"):
+        pyro_sparse.train("ssl_dgm", data.X, mask_prior=dist.Laplace(torch.zeros(4), 1.0), **QUICK)
+
+
+# ------------------------------------------------------ validation, shapes
+@pytest.mark.parametrize(
+    "prior, error, match",
+    [
+        (dist.MultivariateNormal(torch.zeros(4), torch.eye(4)), ValueError, "event shape \\(4,\\).*latent_dim=3"),
+        (dist.Normal(torch.zeros(2, 3), 1.0), ValueError, "batch shape \\(2, 3\\)"),
+        (dist.Gamma(2.0, 1.0), ValueError, "support.*real-valued"),
+        (dist.Normal, TypeError, "the class Normal; pass an instance"),
+        (lambda latent_dim: torch.zeros(latent_dim), TypeError, "factory must return a Pyro distribution"),
+        (42, TypeError, "a name, a Pyro distribution or a factory"),
+        ("cauchy", ValueError, "unknown latent_prior 'cauchy'; registered: \\['normal'"),
+    ],
+)
+def test_a_prior_of_the_wrong_kind_or_shape_fails_at_train_time(data, prior, error, match):
+    with pytest.raises(error, match=match):
+        pyro_sparse.train("vae", data.X, latent_prior=prior, **QUICK)
+
+
+def test_priors_validate_their_parameters():
+    with pytest.raises(ValueError, match="alpha must be in \\(0, 1\\)"):
+        SpikeSlabPrior(3, alpha=1.5)
+    with pytest.raises(ValueError, match="threshold must be positive"):
+        ThresholdedLaplacePrior(3, threshold=-0.1)
+    with pytest.raises(ValueError, match="symmetric positive definite"):
+        NormalPrior(2, prior_covariance=[[1.0, 2.0], [2.0, 1.0]])
+    with pytest.raises(ValueError, match="scale"):
+        DistributionPrior(dist.Laplace(0.0, -1.0, validate_args=True), 3)
+    with pytest.raises(ValueError, match="scale"):
+        # A learnable factory is validated when it builds its distribution.
+        DistributionPrior(lambda k: dist.Normal(0.0, -torch.ones(k), validate_args=True), 3)
+
+
+def test_scalar_batch_and_event_shaped_priors_all_give_event_shape_k():
+    x = torch.zeros(6, 7)
+    for prior in (dist.Laplace(0.0, 1.0), dist.Laplace(torch.zeros(3), 1.0),
+                  dist.MultivariateNormal(torch.zeros(3), torch.eye(3))):
+        code_prior = DistributionPrior(prior, 3).distribution(x)
+        assert code_prior.event_shape == (3,) and code_prior.batch_shape == ()
+
+
+# -------------------------------------------------------------- the tutorial
+def test_the_tutorial_prior_is_a_correct_student_t_and_trains():
+    namespace = runpy.run_path(str(TUTORIAL))
+    StudentT = namespace["StudentT"]
+    prior = StudentT(torch.tensor(5.0), 2.0)
+    reference = torch.distributions.StudentT(5.0, 0.0, 2.0)
+    grid = torch.linspace(-30, 30, 20001)
+    torch.testing.assert_close(prior.log_prob(grid), reference.log_prob(grid))
+    density = prior.log_prob(grid).exp()
+    assert torch.trapezoid(density, grid).item() == pytest.approx(1.0, abs=2e-3)
+    torch.manual_seed(0)
+    draws = prior.expand((3,)).rsample((200_000,))
+    assert draws.shape == (200_000, 3)
+    # Var = scale² ν / (ν - 2) = 4 · 5/3.
+    assert draws.var().item() == pytest.approx(20 / 3, rel=0.05)
+    # Pathwise gradient of E[|t|] in the scale: E[|t|] is linear in it.
+    scale = torch.tensor(2.0, requires_grad=True)
+    StudentT(torch.tensor(5.0), scale).rsample((100_000,)).abs().mean().backward()
+    expected = 2 * math.sqrt(5) * math.gamma(3) / (math.sqrt(math.pi) * math.gamma(2.5) * 4)  # E|t|/scale, ν=5
+    assert scale.grad.item() == pytest.approx(expected, rel=0.03)
+    fitted = namespace["main"](["--epochs", "3"])
+    assert fitted.config["hyperparameters"]["latent_prior"] == "custom:StudentT"
