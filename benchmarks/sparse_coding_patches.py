@@ -324,7 +324,8 @@ def tvsc_kwargs(args, method, J, reduction, straight_through, seed, num_train):
     steps = args.epochs * math.ceil(num_train / args.batch_size)
     prior_scale = args.prior_variance if m["base"] == "laplace" else math.sqrt(args.prior_variance)
     kw = dict(
-        decoder="linear", latent_dim=args.atoms, base=m["base"], threshold=m["threshold"],
+        decoder="linear", latent_dim=args.atoms, threshold=m["threshold"],
+        latent_prior="thresholded_laplace" if m["base"] == "laplace" else "thresholded_normal",
         learn_threshold=m["learn_threshold"], prior_scale=prior_scale, dictionary_penalty=args.kappa,
         noise_variance=args.noise_variance, num_particles=J, particle_reduction=reduction, beta=args.beta,
         hidden_dims=tuple(args.hidden_dims), lr=args.lr, global_lr=args.global_lr, lr_decay=args.lr_decay, max_epochs=args.epochs, batch_size=args.batch_size,

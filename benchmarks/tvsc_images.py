@@ -18,7 +18,7 @@ Protocol (Sec. 4.2, Appendix E), and what is scaled down by default
   (``--hidden``, default one layer of 256 units; the paper's Table 5 conv nets
   are not used because the library's ``vsc`` has only MLPs):
 
-  - Gaussian: ``tvsc(base="gaussian", threshold=None)``, prior N(0, 0.1).
+  - Gaussian: ``tvsc(latent_prior="thresholded_normal", threshold=None)``, prior N(0, 0.1).
     This, not ``vae``, is the paper's comparison: Fig. 7 trains every prior
     in one pipeline (same fixed-variance likelihood, β, J = 20 max-ELBO
     sampling, prior spread 0.1), changing only the code distribution, and
@@ -33,8 +33,8 @@ Protocol (Sec. 4.2, Appendix E), and what is scaled down by default
     β = 1e-2 its codes were 100 % non-zero in a pilot (K = 64: γ → 1
     everywhere), at β = 0.1 68 %, so it is trained with its own ELBO's
     β = 1 (``--vsc-beta``), where the share of non-zero draws tracks α.
-  - Thresholded Gaussian: ``tvsc(base="gaussian", threshold=0.52)``.
-  - Thresholded Laplacian: ``tvsc(base="laplace", threshold=0.25)``.
+  - Thresholded Gaussian: ``tvsc(latent_prior="thresholded_normal", threshold=0.52)``.
+  - Thresholded Laplacian: ``tvsc(latent_prior="thresholded_laplace", threshold=0.25)``.
   - Thresholded Gaussian+Gamma (``--learn-threshold``, in ``--full``):
     ``learn_threshold=True``, Gamma(3, 3/λ0) prior, β2 = β1/10.
 
@@ -169,7 +169,7 @@ def prior_rate(hyper):
         rate = hyper["alpha"]
     elif hyper["threshold"] is None:
         rate = 1.0
-    elif hyper["base"] == "laplace":
+    elif hyper["latent_prior"] == "thresholded_laplace":
         rate = math.exp(-hyper["threshold"] / LAPLACE_SCALE)
     else:
         rate = math.erfc(hyper["threshold"] / GAUSSIAN_SCALE / math.sqrt(2))
@@ -209,7 +209,8 @@ def hyperparameters(key, args, iterations, rate=None):
             pretrain_epochs=0.1 * args.epochs, pretrain_ramp_epochs=0.1 * args.epochs,
         )
     else:
-        hyper.update(base=spec["base"], threshold=spec["threshold"], beta=args.beta)
+        hyper.update(latent_prior=f"thresholded_{spec['base'].replace('gaussian', 'normal')}",
+                     threshold=spec["threshold"], beta=args.beta)
         if spec.get("learn_threshold"):
             hyper.update(learn_threshold=True, threshold_beta=args.beta / 10)  # β2 = β1 / 10, Appendix D
         if spec["base"] == "laplace":

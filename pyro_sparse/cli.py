@@ -17,7 +17,7 @@ from pyro_sparse.datasets import synthetic_sparse_dgm
 from pyro_sparse.image_datasets import DatasetNotInstalledError
 from pyro_sparse.nn import DecoderMemoryError
 from pyro_sparse.real_datasets import REAL_DATA
-from pyro_sparse.registry import MODELS, EstimatorEntry
+from pyro_sparse.registry import LATENT_PRIORS, MASK_PRIORS, MODELS, EstimatorEntry
 from pyro_sparse.training import TrainingDivergedError
 
 
@@ -152,8 +152,8 @@ def _train(args):
     X, names, truth, default_likelihood = read_data(args.data, args.n, args.rho, args.seed)
     image_shape = _image_shape(args, X.shape[1])
     os.makedirs(args.out, exist_ok=True)  # before training: a bad --out must not cost a run
-    hyper = {}
-    for key in ("lambda0", "lambda1", "beta"):
+    hyper = dict(args.option)
+    for key in ("lambda0", "lambda1", "beta", "latent_prior", "mask_prior"):
         if getattr(args, key) is not None:
             hyper[key] = getattr(args, key)
     if args.hidden_dims:
@@ -172,6 +172,8 @@ def _train(args):
         progress=not args.quiet,
         validation_fraction=args.validation_fraction,
         strategy=args.strategy,
+        checkpoint_path=args.checkpoint,
+        resume_from=args.resume,
         **hyper,
     )
     if not distributed.is_main_process():
@@ -202,6 +204,17 @@ def _train(args):
     print(f"trained {args.model} on {args.data}: {fitted.num_features} features, final loss {summary['final_train_loss']:.3f}")
     print("\n".join(lines))
     print(f"wrote {', '.join(written)} to {args.out}")
+
+
+def _option(text):
+    """``--option KEY=VALUE``: a model hyperparameter; VALUE is read as JSON (a number, true, null, ...) or a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip().isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE, e.g. alpha=0.3")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
 
 
 def _widths(text):
@@ -249,6 +262,14 @@ def build_parser():
         help="ddp: data-parallel over the processes torchrun starts "
         "(torchrun --nproc_per_node=N -m pyro_sparse.cli train --strategy ddp ...); --batch-size is the global batch",
     )
+    fit.add_argument("--latent-prior", default=None, choices=sorted(LATENT_PRIORS), help="prior of the codes z")
+    fit.add_argument("--mask-prior", default=None, choices=sorted(MASK_PRIORS), help="prior of ssl_dgm's mask W")
+    fit.add_argument(
+        "--option", type=_option, action="append", default=[], metavar="KEY=VALUE",
+        help="any other hyperparameter of the model or its priors (repeatable), e.g. --option alpha=0.3",
+    )
+    fit.add_argument("--checkpoint", default=None, help="save the training state to this file every epoch")
+    fit.add_argument("--resume", default=None, help="go on from a checkpoint file written by --checkpoint")
     fit.add_argument("--n", type=int, default=1000, help="data points for --data synthetic")
     fit.add_argument("--rho", type=float, default=0.6, help="factor correlation for --data synthetic")
     fit.add_argument("--out", default="pyro-sparse-output")

@@ -8,10 +8,15 @@ calls around each optimizer step on the point estimate of that site:
 * ``update(param)`` — closed-form updates of the prior's own state (e.g. an
   EM E-step); also called once before training;
 * ``before_step(param)`` — may rewrite ``param.grad``;
-* ``after_step(param, step_size, max_shift)`` — may map the new value, e.g.
-  through a proximal operator, given the optimizer's per-coordinate step
-  sizes and the largest move one step may make (the learning rate), then
-  calls ``update``.
+* ``after_step(param, step_size, max_shift, strength=1)`` — may map the new
+  value, e.g. through a proximal operator, given the optimizer's
+  per-coordinate step sizes, the largest move one step may make (the
+  learning rate) and the weight of the prior's penalty in this step, then
+  calls ``update``.  The training loop ramps ``strength`` from 0 to 1 with
+  the KL warm-up of the codes: a mask entry zeroed before the decoder has
+  learned to use the codes would stay zero for good (its averaged gradient
+  never beats the penalty once the codes carry no signal), so the mask's
+  penalty is annealed together with the codes' KL.
 
 Priors know nothing of the model they are used in.
 """
@@ -33,7 +38,7 @@ class SitePrior(nn.Module):
     def before_step(self, param):
         pass
 
-    def after_step(self, param, step_size, max_shift):
+    def after_step(self, param, step_size, max_shift, strength=1.0):
         pass
 
 
@@ -165,12 +170,12 @@ class SpikeSlabLassoPrior(SitePrior):
         self._was_zero = mask == 0
 
     @torch.no_grad()
-    def after_step(self, mask, step_size, max_shift):
+    def after_step(self, mask, step_size, max_shift, strength=1.0):
         # Capped at the optimizer's largest move: where the smooth gradient has
         # been ~0, Adam's step size lr/(sqrt(v)+eps) is huge and an uncapped
         # threshold would zero an entry in one step, before the data could
         # speak for it.
-        penalty = self.penalty_weights()
+        penalty = strength * self.penalty_weights()
         threshold = (step_size * penalty).clamp_max(max_shift)
         mask.copy_(mask.sign() * (mask.abs() - threshold).clamp_min(0))
         # A zero entry stays zero until the gradient averaged over many steps
@@ -257,11 +262,12 @@ class GroupLassoPrior(SitePrior):
         self._was_zero = norm == 0
 
     @torch.no_grad()
-    def after_step(self, weights, step_size, max_shift):
-        threshold = (self.rate * step_size.mean(-1, keepdim=True)).clamp_max(max_shift)
+    def after_step(self, weights, step_size, max_shift, strength=1.0):
+        rate = strength * self.rate
+        threshold = (rate * step_size.mean(-1, keepdim=True)).clamp_max(max_shift)
         weights.copy_(group_soft_threshold(weights, threshold))
         if self._was_zero is not None:
-            quiet = torch.linalg.vector_norm(self.average_gradient, dim=-1, keepdim=True) <= self.rate
+            quiet = torch.linalg.vector_norm(self.average_gradient, dim=-1, keepdim=True) <= rate
             weights.masked_fill_(self._was_zero & quiet, 0.0)
 
 
@@ -371,7 +377,7 @@ class HorseshoePrior(SitePrior):
         mask.grad.sub_(mask / self.prior_variance())
 
     @torch.no_grad()
-    def after_step(self, mask, step_size, max_shift):
-        shrunk = mask / (1 + step_size / self.prior_variance())
+    def after_step(self, mask, step_size, max_shift, strength=1.0):
+        shrunk = mask / (1 + strength * step_size / self.prior_variance())
         mask.copy_(mask.sign() * torch.maximum(shrunk.abs(), mask.abs() - max_shift))
         self.update(mask)

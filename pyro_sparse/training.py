@@ -189,7 +189,8 @@ def fit(
     :param float kl_warmup_epochs: the KL term of the local codes is weighted
         from 0 up to 1 linearly over this many epochs (Bowman et al. 2016), so
         the decoder learns to use z before the KL can collapse q(z|x) onto
-        the prior.
+        the prior; the penalties that priors apply in ``after_step`` (the
+        SSL's proximal step and zero test) ramp up alike.
     :param int early_stopping: patience in epochs on the validation loss
         (needs ``validation_matrix``); the best state is restored at the end.
     :param str on_divergence: what to do when the loss or a parameter or
@@ -246,7 +247,8 @@ def fit(
                 for module in scheduled:
                     module.schedule(loop.step / steps_per_epoch, loop.step)
                 optimizer.zero_grad(set_to_none=True)
-                with scale_local_latents(min(1.0, (loop.step + 1) / kl_warmup_steps)):
+                warmup = min(1.0, (loop.step + 1) / kl_warmup_steps)
+                with scale_local_latents(warmup):
                     loss = weight * _differentiable_loss(strategy.loss, x, num_data, loop)
                 loss.backward()
                 for prior, param in hooked:
@@ -255,7 +257,7 @@ def fit(
                 loop.step += 1
                 for prior, param in hooked:
                     step_sizes, group_lr = adam_step_sizes(optimizer, param)
-                    prior.after_step(param, step_sizes, group_lr)
+                    prior.after_step(param, step_sizes, group_lr, strength=warmup)
                 _check_finite(watched, "a parameter", loop)
                 epoch_loss += loss.item()
                 num_steps += 1

@@ -73,3 +73,24 @@ def test_console_script_is_installed():
     script = Path(sys.executable).parent / "pyro-sparse"
     out = subprocess.run([str(script), "train", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--latent-dim" in out.stdout
+
+
+def test_priors_options_and_checkpoints_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--model", "ssl_dgm", "--data", "synthetic", "--n", "100", "--out", str(out), *QUICK]
+    prior = ["--latent-prior", "spike_slab", "--option", "alpha=0.3", "--mask-prior", "horseshoe"]
+    assert main([*args, *prior, "--checkpoint", str(tmp_path / "run.ckpt")]) == 0
+    config = json.loads((out / "summary.json").read_text())["config"]["hyperparameters"]
+    assert (config["latent_prior"], config["alpha"], config["mask_prior"]) == ("spike_slab", 0.3, "horseshoe")
+    assert (tmp_path / "run.ckpt").is_file()
+    # Resuming with the same arguments and more epochs goes on from the checkpoint.
+    more = [a if a != QUICK[QUICK.index("--epochs") + 1] else "3" for a in args]
+    assert main([*more, *prior, "--resume", str(tmp_path / "run.ckpt")]) == 0
+    assert json.loads((out / "summary.json").read_text())["config"]["training"]["max_epochs"] == 3
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main([*args, "--option", "alpha"])
+    assert "give KEY=VALUE" in capsys.readouterr().err
+    # alpha belongs to the spike-and-slab prior, not to the default Gaussian one.
+    assert main([*args, "--option", "alpha=0.3"]) == 2
+    assert "no hyperparameter(s) ['alpha']" in capsys.readouterr().err
