@@ -432,3 +432,17 @@ def test_zero_entries_leave_zero_when_the_average_gradient_beats_the_penalty():
     # c|t| = 40 > lambda0: the entry must leave zero despite the noise and stay in the slab.
     fraction = fraction_exactly_zero([40.0, -40.0], noise=50.0, gradient_averaging=0.01)
     assert (fraction == 0).all(), fraction
+
+
+def test_after_step_strength_scales_the_penalty_and_zero_keeps_w():
+    """The loop passes the KL warm-up as ``strength``: 0 leaves W alone (no threshold, no zero test)."""
+    w = torch.tensor([[0.3, -0.05], [0.15, 0.001], [-0.2, -0.6]], dtype=torch.float64)
+    for strength in (0.0, 0.5):
+        prior, mask = make_prior_and_mask()
+        prior.update(mask)
+        lam = prior.penalty_weights().double()
+        with torch.no_grad():
+            mask.copy_(w)
+        prior.after_step(mask, 0.01, float("inf"), strength=strength)
+        expected = w.sign() * (w.abs() - 0.01 * strength * lam).clamp_min(0)
+        torch.testing.assert_close(mask.detach(), expected)

@@ -44,3 +44,20 @@ def test_lr_decay_shrinks_every_group_after_each_epoch(X):
 def test_bad_learning_rate_settings_are_named(X, setting):
     with pytest.raises(ValueError, match=next(iter(setting))):
         pyro_sparse.train("tvsc", X, decoder="linear", latent_dim=6, max_epochs=1, progress=False, **setting)
+
+
+def test_prior_penalties_ramp_with_the_kl_warmup(X, monkeypatch):
+    """after_step gets strength (step + 1) / warm-up steps, capped at 1, like the codes' KL weight."""
+    from pyro_sparse.priors import SpikeSlabLassoPrior
+
+    strengths = []
+    original = SpikeSlabLassoPrior.after_step
+
+    def recording(self, mask, step_size, max_shift, strength=1.0):
+        strengths.append(strength)
+        return original(self, mask, step_size, max_shift, strength)
+
+    monkeypatch.setattr(SpikeSlabLassoPrior, "after_step", recording)
+    pyro_sparse.train("ssl_dgm", X, latent_dim=3, hidden_dims=(8,), max_epochs=4, batch_size=50,
+                      kl_warmup_epochs=2, progress=False)
+    np.testing.assert_allclose(strengths, np.minimum(1.0, np.arange(1, 17) / 8))
