@@ -475,6 +475,9 @@ def train(
             "num_particles": _jsonable(num_particles),
             "particle_reduction": particle_reduction,
             "precision": precision,
+            # The global batch is sliced across the processes: a resumed run
+            # must have as many to continue the same sequence of steps.
+            "processes": distributed.num_processes() if strategy == "ddp" else 1,
         },
     }
     json.dumps(config)  # fail now, not after training, if a setting cannot be saved

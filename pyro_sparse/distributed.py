@@ -51,6 +51,11 @@ def init_process_group(device):
     return device
 
 
+def num_processes():
+    """The processes in the group (1 outside one)."""
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
 def is_main_process():
     """True outside a process group and on rank 0: the process that writes files."""
     return not dist.is_initialized() or dist.get_rank() == 0

@@ -334,3 +334,16 @@ def test_rollback_gives_up_after_max_rollbacks(X, monkeypatch):
     assert sum("rolled back" in str(w.message) for w in warned) == 2
     assert caught.value.fitted.history_["train_loss"] == []  # no epoch was good: the initial model
     assert np.isfinite(caught.value.fitted.transform(X)).all()
+
+
+def test_a_checkpoint_of_a_run_on_another_number_of_processes_is_refused(X, tmp_path):
+    from pyro_sparse import checkpoints
+
+    path = tmp_path / "run.ckpt"
+    pyro_sparse.train("ssl_dgm", X, max_epochs=1, checkpoint_path=path, **TINY)
+    config, _ = serialization.read(path, checkpoints.CHECKPOINT_FILE)
+    run = config["run"]
+    assert run["training"]["processes"] == 1
+    on_two = {**run, "training": {**run["training"], "processes": 2}}
+    with pytest.raises(CheckpointError, match=r"different settings \(processes\)"):
+        checkpoints._check_same_run(run, on_two, path)
