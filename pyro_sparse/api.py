@@ -338,6 +338,15 @@ def train(
     ``lambda1=1``, ``a=1``, ``b=None`` (= G), ``beta=1``,
     ``prior_covariance=None``, ``noise_nu=3``, ``noise_xi=None`` (calibrated from
     the data, Appendix C.2).  See ``pyro_sparse.registry.MODELS``.
+
+    Every SVI model takes ``latent_prior=`` (the prior of z: a name in
+    ``registry.LATENT_PRIORS`` such as ``"spike_slab"``, with that prior's
+    hyperparameters as further keywords, e.g. ``alpha=0.3``; or any Pyro
+    distribution, or a factory ``f(latent_dim)`` returning one) and
+    ``ssl_dgm`` takes ``mask_prior=`` (``"ssl"``, ``"horseshoe"`` or a
+    distribution over W); the guide follows the latent prior, and the log
+    (logger ``"pyro_sparse"``) says whether each KL term is in closed form
+    or a Monte-Carlo estimate.  See :mod:`pyro_sparse.latent_priors`.
     ``model="nmf"`` is fitted by scikit-learn, not SVI: it takes ``data``,
     ``latent_dim``, ``likelihood``, ``seed`` and its own hyperparameters and
     returns a :class:`~pyro_sparse.nmf.FittedNMF` with the same evaluation
