@@ -69,7 +69,19 @@ def read_data(source, n=1000, rho=0.6, seed=0):
         if X.size == 0:
             raise DataError(f"{source!r} has no data rows")
         return X, names, None, "gaussian"
-    raise DataError(f"--data {source!r}: use 'synthetic', {', '.join(REAL_DATA)} or a .csv, .tsv, .npy or .npz file")
+    if extension == ".h5ad":
+        try:
+            import anndata
+        except ImportError:
+            raise DataError(f"{source!r}: reading .h5ad files needs anndata (pip install anndata)") from None
+        try:
+            adata = anndata.read_h5ad(source)
+        except (OSError, ValueError, KeyError) as error:
+            raise DataError(f"{source!r} is not a readable .h5ad file: {error}") from None
+        return adata, list(adata.var_names), None, "gaussian"
+    raise DataError(
+        f"--data {source!r}: use 'synthetic', {', '.join(REAL_DATA)} or a .csv, .tsv, .npy, .npz or .h5ad file"
+    )
 
 
 def _mask(fitted):
@@ -161,6 +173,7 @@ def _train(args):
     fitted = train(
         args.model,
         X,
+        layer=args.layer,
         latent_dim=args.latent_dim,
         likelihood=args.likelihood or default_likelihood,
         max_epochs=args.epochs,
@@ -268,6 +281,7 @@ def build_parser():
         "--option", type=_option, action="append", default=[], metavar="KEY=VALUE",
         help="any other hyperparameter of the model or its priors (repeatable), e.g. --option alpha=0.3",
     )
+    fit.add_argument("--layer", default=None, help="for an .h5ad file: fit adata.layers[LAYER] instead of adata.X")
     fit.add_argument("--checkpoint", default=None, help="save the training state to this file every epoch")
     fit.add_argument("--resume", default=None, help="go on from a checkpoint file written by --checkpoint")
     fit.add_argument("--n", type=int, default=1000, help="data points for --data synthetic")

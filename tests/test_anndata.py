@@ -148,3 +148,22 @@ def test_backed_anndata_asks_to_be_loaded(adata, tmp_path):
             pyro_sparse.train("vae", backed, **QUICK)
     finally:
         backed.file.close()
+
+
+def test_the_command_line_reads_h5ad_files_and_their_layers(adata, tmp_path, capsys):
+    import json
+
+    from pyro_sparse.cli import main
+
+    path = tmp_path / "cells.h5ad"
+    adata.write_h5ad(path)
+    out = tmp_path / "run"
+    layer = next(iter(adata.layers))
+    arguments = ["train", "--model", "vae", "--data", str(path), "--layer", layer, "--out", str(out),
+                 "--epochs", "1", "--latent-dim", "2", "--hidden-dims", "8", "--quiet"]
+    assert main(arguments) == 0
+    config = json.loads((out / "summary.json").read_text())["config"]
+    assert config["layer"] == layer and config["feature_names"] == list(adata.var_names)
+    path.with_suffix(".bad.h5ad").write_bytes(b"not hdf5")
+    assert main([*arguments[:4], str(path.with_suffix(".bad.h5ad")), *arguments[5:]]) == 2
+    assert "not a readable .h5ad file" in capsys.readouterr().err
