@@ -13,11 +13,14 @@ against, in the same run:
 Reports ms/step, achieved GFLOP/s and decoder time / matmul time (target
 ≤ 1.3), and the time of decoding a random quarter of the features (feature
 subsampling; target: all / G/4 close to 4).  ``--memory`` runs each G in a fresh process and reports peak resident
-memory with a fixed chunk budget, which should not grow with G.
+memory with a fixed chunk budget, which should not grow with G; with ``--training`` the process runs one
+epoch of ``pyro_sparse.train("ssl_dgm", ...)`` on ``--train-points`` random points (encoder, Pyro trace,
+optimizer state and the SSL hooks included), next to what one step would need without chunking.
 
     python benchmarks/decoder_speed.py                  # G in {300, 1000}, K=50, H=300, batch 128
     python benchmarks/decoder_speed.py --device cuda
     python benchmarks/decoder_speed.py --memory --features 1000,4000,16000
+    python benchmarks/decoder_speed.py --memory --training --features 1000,5000,20000 --hidden 100
 """
 
 import argparse
@@ -27,8 +30,10 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import torch
 
+import pyro_sparse
 from pyro_sparse.nn import DenseDecoder, MaskedDecoder
 
 
@@ -144,17 +149,50 @@ def peak_memory_child(features, args):
     print(json.dumps({"G": features, "chunk": decoder.chunk_size(args.batch), "peak_extra_MiB": (peak - baseline) / 1024}))
 
 
+def training_memory_child(features, args):
+    torch.set_num_threads(1)
+    X = np.random.default_rng(0).standard_normal((args.train_points, features)).astype(np.float32)
+    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    pyro_sparse.train(
+        "ssl_dgm", X, latent_dim=args.latent, hidden_dims=(args.hidden,) * 3, batch_size=args.batch,
+        max_epochs=1, memory_budget_bytes=args.budget, device="cpu", progress=False,
+    )
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    decoder = MaskedDecoder(features, args.latent, (args.hidden,) * 3, memory_budget_bytes=args.budget)
+    unchunked = MaskedDecoder(features, args.latent, (args.hidden,) * 3, memory_budget_bytes=2**62)
+    print(json.dumps({
+        "G": features, "chunk": decoder.chunk_size(args.batch), "peak_MiB": peak / 1024,
+        "peak_extra_MiB": (peak - baseline) / 1024, "seconds_per_step": seconds / -(-args.train_points // args.batch),
+        "estimate_MiB": decoder.step_memory_bytes(args.batch) / 2**20,
+        "unchunked_estimate_MiB": unchunked.step_memory_bytes(args.batch) / 2**20,
+    }))
+
+
 def memory(args):
-    print(f"| G | features per chunk | extra peak RSS (MiB), budget {args.budget / 2**20:.0f} MiB |")
-    print("|---|---|---|")
+    rows = []
     for features in [int(g) for g in args.features.split(",")]:
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", str(features), "--batch", str(args.batch),
-             "--latent", str(args.latent), "--hidden", str(args.hidden), "--budget", str(args.budget)],
-            capture_output=True, text=True, check=True,
-        )
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {r['G']} | {r['chunk']} | {r['peak_extra_MiB']:.0f} |")
+        command = [sys.executable, __file__, "--child", str(features), "--batch", str(args.batch),
+                   "--latent", str(args.latent), "--hidden", str(args.hidden), "--budget", str(args.budget)]
+        if args.training:
+            command += ["--training", "--train-points", str(args.train_points)]
+        out = subprocess.run(command, capture_output=True, text=True, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    if not args.training:
+        print(f"| G | features per chunk | extra peak RSS (MiB), budget {args.budget / 2**20:.0f} MiB |")
+        print("|---|---|---|")
+        for r in rows:
+            print(f"| {r['G']} | {r['chunk']} | {r['peak_extra_MiB']:.0f} |")
+        return
+    print(f"One epoch of train(\"ssl_dgm\") on {args.train_points} random points, K = {args.latent}, "
+          f"3x{args.hidden} hidden, batch {args.batch}, memory_budget_bytes = {args.budget / 2**20:.0f} MiB, one thread.")
+    print("| G | features per chunk | peak RSS (MiB) | extra peak RSS over data + imports (MiB) | "
+          "decoder estimate (MiB) | decoder estimate without chunking (MiB) | s / step |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['G']} | {r['chunk']} | {r['peak_MiB']:.0f} | {r['peak_extra_MiB']:.0f} | {r['estimate_MiB']:.0f} | "
+              f"{r['unchunked_estimate_MiB']:.0f} | {r['seconds_per_step']:.1f} |")
 
 
 def main():
@@ -167,9 +205,13 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--budget", type=int, default=2**27)
+    parser.add_argument("--training", action="store_true", help="--memory of whole training steps")
+    parser.add_argument("--train-points", type=int, default=256)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
+    if args.child and args.training:
+        training_memory_child(args.child, args)
+    elif args.child:
         peak_memory_child(args.child, args)
     elif args.memory:
         memory(args)

@@ -66,10 +66,13 @@ data set; budget several hours on a CPU.  On these smaller data sets Table
 6's step counts under-train every model (see above), so ``--full`` is the
 paper's protocol rather than a better fit.  Writes
 ``real_data_tables.md`` (our numbers beside the paper's, with the paper's
-table numbers) and ``real_data_tables.json`` (every run).
+table numbers), ``real_data_tables.json`` (every run) and one bar chart per
+table, ``real_data_tables_<experiment>.png``; ``--plot-only`` redraws the
+charts from the json without fitting.
 
     OMP_NUM_THREADS=1 python benchmarks/real_data_tables.py --out benchmarks/results
     OMP_NUM_THREADS=1 python benchmarks/real_data_tables.py --full --out benchmarks/results
+    python benchmarks/real_data_tables.py --plot-only --out benchmarks/results
 """
 
 import argparse
@@ -467,11 +470,15 @@ def best_runs(runs):
     return chosen
 
 
+def bar_name(label, runs):
+    """The method's name in tables and plots: with its β (β-VAE) or † (NMF's plug-in NLL)."""
+    return label + (f" (β = {runs[0]['hyper']['beta']:g})" if label == "β-VAE" else "") + (" †" if label == "NMF" else "")
+
+
 def method_cell(label, runs):
     failed = sum("error" in r for r in runs)
     nonfinite = sum(r.get("nonfinite_log_likelihoods", 0) for r in runs)
-    name = label + (f" (β = {runs[0]['hyper']['beta']:g})" if label == "β-VAE" else "") + (" †" if label == "NMF" else "")
-    return name + (f" — {failed} diverged" if failed else "") + (f" — {nonfinite} non-finite log p(x)" if nonfinite else "")
+    return bar_name(label, runs) + (f" — {failed} diverged" if failed else "") + (f" — {nonfinite} non-finite log p(x)" if nonfinite else "")
 
 
 def nll_table(runs, columns, paper, paper_columns):
@@ -569,7 +576,7 @@ NOTES = """\
 
 
 def markdown(results, args):
-    flags = " --full" if args.full else " --quick" if args.quick else ""
+    flags = " --full" if args.full else " --quick" if args.quick else " --smoke" if args.smoke else ""
     introduction = (
         f"`python benchmarks/real_data_tables.py{flags}` — {args.splits} split(s) (80% train / 20% heldout), "
         f"heldout NLL = −log p(x) per data point, importance-weighted with {args.num_samples} draws (same for "
@@ -635,24 +642,106 @@ def markdown(results, args):
     return "\n".join(out)
 
 
+def bar_panel(axis, chosen, key, title, paper=None, floor=None):
+    """
+    One bar per method: mean over splits of ``key`` with the sd as error bar;
+    ``paper``: label -> value marked x; ``floor``: a dashed line (the true model's NLL).
+    """
+    labels = [label for label, runs in chosen.items() if any(r.get(key) is not None for r in runs)]
+    values = [[r[key] for r in chosen[label] if r.get(key) is not None] for label in labels]
+    means, sds = np.array([np.mean(v) for v in values]), np.array([np.std(v) for v in values])
+    colors = ["tab:red" if label == "Sparse VAE" else "tab:gray" if label == "NMF" else "tab:blue" for label in labels]
+    positions = np.arange(len(labels))
+    axis.bar(positions, means, yerr=sds, color=colors, capsize=3)
+    if paper:
+        marked = [(i, paper[label]) for i, label in enumerate(labels) if label in paper]
+        axis.plot([i for i, _ in marked], [v for _, v in marked], "kx", markersize=9, label="paper")
+        axis.legend(fontsize=8)
+    if floor is not None:
+        axis.axhline(floor, color="k", linestyle="--", linewidth=1, label="true model")
+        axis.legend(fontsize=8)
+    # Bars from 0 would hide differences of a few per cent between NLLs of ~100.
+    low, high = min((means - sds).min(), floor or np.inf), (means + sds).max()
+    span = (high - low) or 0.1 * abs(high) or 1.0
+    axis.set_ylim(max(0.0, low - 0.15 * span), high + 0.1 * span)
+    axis.set_xticks(positions, [bar_name(label, chosen[label]) for label in labels], rotation=35, ha="right", fontsize=8)
+    axis.set_title(title, fontsize=10)
+
+
+def plot_tables(results, stem):
+    """
+    Bar charts of the md's tables, one PNG per experiment (``<stem>_<experiment>.png``),
+    from a results dict as saved in the json; returns the paths written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = {  # experiment -> [(key, title)]
+        "movielens": [("nll", "heldout NLL (lower is better)"), ("recall5", "Recall@5"), ("ndcg10", "NDCG@10")],
+        "reuters": [("nll", "heldout NLL (lower is better)")],
+        "zeisel": [("accuracy", "cell-type accuracy"), ("macro_f1", "macro F1"), ("nll", "heldout NLL (lower is better)")],
+    }
+    titles = {"movielens": "MovieLens-100k (Table 1a)", "reuters": "Reuters in place of PeerRead (Table 1b)",
+              "zeisel": "Zeisel single-cell (Table 4)", "shift": "Semi-synthetic Reuters, distribution shift (Table 2)"}
+    paths = []
+    for name in ("movielens", "reuters", "shift", "zeisel"):
+        if name not in results:
+            continue
+        runs = results[name]["runs"]
+        if name == "shift":
+            chosen = [(level, best_runs([r for r in runs if r["level"] == level])) for level in SHIFT_NOISE]
+            floors = {level: np.mean([e["oracle_nll"] for e in entries]) for level, entries in results[name]["levels"].items()}
+            items = [(chosen_level, "nll", f"heldout NLL, {level} difference (σ = {SHIFT_NOISE[level]:g})", None,
+                      floors[level]) for level, chosen_level in chosen]
+        else:
+            chosen = best_runs(runs)
+            paper = {label: float(values[0].split()[0]) for label, values in PAPER_RESULTS["zeisel"].items()}
+            items = [(chosen, key, title, paper if (name, key) == ("zeisel", "accuracy") else None, None)
+                     for key, title in panels[name]]
+        figure, axes = plt.subplots(1, len(items), figsize=(4.2 * len(items), 4.2), squeeze=False)
+        for axis, (chosen_runs, key, title, paper, floor) in zip(axes[0], items):
+            bar_panel(axis, chosen_runs, key, title, paper, floor)
+        figure.suptitle(titles[name] + f" — {results['splits']} split(s), y axes do not start at 0"
+                        + ("; † NMF's NLL is a plug-in value" if any(item[1] == "nll" for item in items) else ""), fontsize=11)
+        figure.tight_layout()
+        paths.append(f"{stem}_{name}.png")
+        figure.savefig(paths[-1], dpi=110)
+        plt.close(figure)
+    return paths
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="Table 6 settings, 5 splits, all β, horseshoe and Slab variants")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: the default settings for 2 epochs, 10 importance samples; writes *_quick.*")
+    parser.add_argument("--smoke", action="store_true",
+                        help="what tests/test_benchmark_smoke.py runs: 1 epoch, one hidden layer of 8, "
+                             "2 importance samples; writes *_smoke.*")
     parser.add_argument("--splits", type=int, default=None, help="default 1, or 5 with --full")
     parser.add_argument("--num-samples", type=int, default=None, help="importance samples per heldout point (100)")
     parser.add_argument("--experiments", default=",".join(EXPERIMENTS), help="comma-separated subset of %(default)s")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="only redraw the PNGs from the json in --out (real_data_tables[_quick|_smoke].json); no fits")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
-    if args.full and args.quick:
-        parser.error("--full and --quick exclude each other")
+    if args.full + args.quick + args.smoke > 1:
+        parser.error("--full, --quick and --smoke exclude each other")
+    stem = os.path.join(args.out, "real_data_tables" + ("_quick" if args.quick else "_smoke" if args.smoke else ""))
+    if args.plot_only:
+        if not os.path.exists(stem + ".json"):
+            parser.error(f"--plot-only reads {stem}.json, which does not exist; run without --plot-only first")
+        with open(stem + ".json") as stream:
+            print("\n".join(plot_tables(json.load(stream), stem)))
+        return
     experiments = args.experiments.split(",")
     unknown = sorted(set(experiments) - set(EXPERIMENTS))
     if unknown:
         parser.error(f"unknown experiment(s) {unknown}; choose from {list(EXPERIMENTS)}")
     args.splits = args.splits or (5 if args.full else 1)
-    args.num_samples = args.num_samples or (10 if args.quick else 100)
+    args.num_samples = args.num_samples or (10 if args.quick else 2 if args.smoke else 100)
     torch.set_num_threads(1)
     start = time.perf_counter()
     settings = {}
@@ -660,20 +749,22 @@ def main():
         settings[name] = {**PAPER_SETTINGS[name], **({} if args.full else SCALED_DOWN.get(name, {}))}
         if args.quick:
             settings[name]["max_epochs"] = 2
+        if args.smoke:
+            settings[name].update(max_epochs=1, hidden_dims=(8,))
     results = {
         "settings": {name: {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()} for name, s in settings.items()},
-        "full": args.full, "quick": args.quick, "splits": args.splits, "num_samples": args.num_samples,
+        "full": args.full, "quick": args.quick, "smoke": args.smoke, "splits": args.splits, "num_samples": args.num_samples,
     }
     for name in experiments:
         results[name] = EXPERIMENTS[name](settings[name], args)
     results["seconds"] = time.perf_counter() - start
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, "real_data_tables" + ("_quick" if args.quick else ""))
     with open(stem + ".json", "w") as stream:
         json.dump(results, stream, indent=1)
     text = markdown(results, args)
     with open(stem + ".md", "w") as stream:
         stream.write(text + "\n")
+    plot_tables(results, stem)
     print(text)
 
 

