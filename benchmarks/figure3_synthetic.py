@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 
