@@ -228,6 +228,16 @@ class FittedModel:
         set_decoder_precision(self.model, check_precision(precision, self.device))
         return self
 
+    def history_frame(self):
+        """
+        ``history_`` as a pandas DataFrame indexed by epoch: the training loss
+        (-ELBO per data point) and, when a validation set was held out, the
+        validation loss.
+        """
+        import pandas as pd  # only this method needs pandas
+
+        return pd.DataFrame({k: v for k, v in self.history_.items() if len(v)}).rename_axis("epoch")
+
     def save(self, path):
         """Write the model to ``path`` (tensors + JSON; see :mod:`pyro_sparse.serialization`)."""
         serialization.write(

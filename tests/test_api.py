@@ -260,3 +260,11 @@ def test_particles_and_max_elbo_through_train(data, model, reduction):
     assert fitted.config["training"]["num_particles"] == 3
     with pytest.raises(ValueError, match="particle_reduction"):
         pyro_sparse.train(model, data.X, particle_reduction="median", **QUICK)
+
+
+def test_history_becomes_a_dataframe_by_epoch():
+    X = synthetic_sparse_dgm(n=100, seed=0).X
+    frame = pyro_sparse.train("vae", X, max_epochs=3, progress=False, hidden_dims=(8,)).history_frame()
+    assert list(frame.columns) == ["train_loss"] and frame.index.name == "epoch" and len(frame) == 3
+    held = pyro_sparse.train("vae", X, max_epochs=2, validation_fraction=0.2, progress=False, hidden_dims=(8,))
+    assert list(held.history_frame().columns) == ["train_loss", "validation_loss"]
