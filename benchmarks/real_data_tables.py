@@ -577,6 +577,8 @@ NOTES = """\
 
 def markdown(results, args):
     flags = " --full" if args.full else " --quick" if args.quick else " --smoke" if args.smoke else ""
+    if args.splits != (5 if args.full else 1):
+        flags += f" --splits {args.splits}"
     introduction = (
         f"`python benchmarks/real_data_tables.py{flags}` — {args.splits} split(s) (80% train / 20% heldout), "
         f"heldout NLL = −log p(x) per data point, importance-weighted with {args.num_samples} draws (same for "
