@@ -128,7 +128,7 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         defaults = inspect.signature(type(self).__init__).parameters
         parameters = {
             k: v for k, v in parameters.items()
-            if k in applies or k in _TRAIN_ARGUMENTS or v is not defaults[k].default
+            if k in applies or k in _TRAIN_ARGUMENTS or v != defaults[k].default
         }
         self.fitted_ = train(model=self._model_name, data=X, seed=_seed(random_state), **parameters, **options)
         return self

@@ -174,15 +174,14 @@ def hyperparameter_names(name, latent_prior=None, mask_prior=None):
     if isinstance(latent_prior, str):
         prior_class = _named("latent_prior", latent_prior, LATENT_PRIORS)
         names += [p for p in _prior_options(prior_class) if p not in names]
-        guide = GUIDES[prior_class.guide_family]
+        guides = [GUIDES[prior_class.guide_family]]
     else:
         # A user's distribution: its guide is known once it is built, so any
         # guide's options pass here and build() checks them against that guide.
-        guide = None
+        guides = list(GUIDES.values())
     mask_prior = entry.mask_prior if mask_prior is None else mask_prior
     if entry.mask_prior is not None and isinstance(mask_prior, str):
         names += [p for p in _prior_options(_named("mask_prior", mask_prior, MASK_PRIORS)) if p not in names]
-    guides = GUIDES.values() if guide is None else [guide]
     for guide in guides:
         names += [p for p in _parameters(guide) if p not in _SUPPLIED and p not in names]
     return names

@@ -79,13 +79,12 @@ def test_priors_options_and_checkpoints_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["train", "--model", "ssl_dgm", "--data", "synthetic", "--n", "100", "--out", str(out), *QUICK]
     prior = ["--latent-prior", "spike_slab", "--option", "alpha=0.3", "--mask-prior", "horseshoe"]
-    assert main([*args, *prior, "--checkpoint", str(tmp_path / "run.ckpt")]) == 0
+    assert main([*args, *prior, "--checkpoint", str(tmp_path / "run.ckpt")]) == 0  # QUICK: 2 epochs
     config = json.loads((out / "summary.json").read_text())["config"]["hyperparameters"]
     assert (config["latent_prior"], config["alpha"], config["mask_prior"]) == ("spike_slab", 0.3, "horseshoe")
     assert (tmp_path / "run.ckpt").is_file()
     # Resuming with the same arguments and more epochs goes on from the checkpoint.
-    more = [a if a != QUICK[QUICK.index("--epochs") + 1] else "3" for a in args]
-    assert main([*more, *prior, "--resume", str(tmp_path / "run.ckpt")]) == 0
+    assert main([*args, *prior, "--epochs", "3", "--resume", str(tmp_path / "run.ckpt")]) == 0
     assert json.loads((out / "summary.json").read_text())["config"]["training"]["max_epochs"] == 3
     capsys.readouterr()
     with pytest.raises(SystemExit):
