@@ -63,7 +63,11 @@ class SparseDGM(nn.Module):
         its gradients at about |S|/G of the decoder's cost (the σ² and W
         priors stay global and unscaled).  Evaluation (``model.eval()``) uses
         all features.  Not for the multinomial likelihood, whose softmax
-        normaliser couples all features.
+        normaliser couples all features.  The decoder sees each feature on
+        |S|/G of the steps, so it learns to use z more slowly per step: give
+        the KL warm-up (``train(kl_warmup_epochs=...)``) a few times G/|S|
+        epochs' worth of steps, or the codes can collapse onto the prior
+        first (G = 1000, |S| = 100, a 1-epoch warm-up: 3 of 50 codes active).
     """
 
     def __init__(

@@ -86,3 +86,19 @@ def test_prior_combinations_smoke(tmp_path):
     for run in results["runs"]:
         assert "error" not in run, run
         assert math.isfinite(run["log_likelihood"]) and math.isfinite(run.get("mse", run.get("mse_x1000"))), run
+
+
+def test_time_to_quality_smoke(tmp_path):
+    stem = str(tmp_path / "time_to_quality")
+    run_script("time_to_quality.py", "--smoke", "--out", stem)
+    results = check_outputs(stem, [])["results"]
+    for data in ("gaussian", "binary"):
+        runs = results[data]["models"]
+        # Every model with every warm-up of the grid, subsampled included.
+        assert {(run["kind"], run["warmup"]) for run in runs.values()} == {
+            (kind, warmup) for kind in ("vae", "ssl_dgm", "ssl_dgm_subsampled") for warmup in (1.0, 2.0)
+        }
+        for run in runs.values():
+            assert all(math.isfinite(point["heldout_ll"]) and point["seconds"] > 0 for point in run["curve"]), run
+        targets = results[data]["time_to_target"]
+        assert targets[-1]["target"] == "VAE final" and targets[-1]["vae_s"] > 0
