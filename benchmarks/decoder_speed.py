@@ -37,18 +37,22 @@ import pyro_sparse
 from pyro_sparse.nn import DenseDecoder, MaskedDecoder
 
 
-def timed(step, device, repeats):
-    step()  # warm-up (allocator, kernels)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+def timed(steps, device, repeats):
+    """
+    Median seconds of each of ``steps``, run in turn ``repeats`` times:
+    interleaved, a slowdown of the (shared) machine hits every step alike, so
+    their ratios hold even when absolute times drift by 30 %.
+    """
+    times = [[] for _ in steps]
+    for repeat in range(repeats + 1):
+        for step, record in zip(steps, times):
+            start = time.perf_counter()
+            step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if repeat:  # the first round warms up (allocator, kernels)
+                record.append(time.perf_counter() - start)
+    return [sorted(record)[len(record) // 2] for record in times]
 
 
 def per_feature_loop(decoder, z, mask):
@@ -107,14 +111,15 @@ def speed(args):
                 fn().square().mean().backward()
             return step
 
-        sparse_s = timed(backward_of(lambda: decoder(z, mask)), device, args.repeats)
         visited = torch.randperm(features, device=device)[: features // 4]
-        subsampled_s = timed(backward_of(lambda: decoder(z, mask, visited)), device, args.repeats)
-        loop_s = timed(backward_of(lambda: per_feature_loop(decoder, z, mask)), device, max(3, args.repeats // 3))
-        dense_s = timed(backward_of(lambda: dense(z)), device, args.repeats)
         block = features if device.type == "cuda" else max(1, decoder.block_rows // args.batch)
         roofline = matmul_roofline(args.batch, features, args.latent, args.hidden, device, min(block, features))
-        roofline_s = timed(roofline, device, args.repeats)
+        sparse_s, roofline_s, subsampled_s, dense_s = timed(
+            [backward_of(lambda: decoder(z, mask)), roofline, backward_of(lambda: decoder(z, mask, visited)),
+             backward_of(lambda: dense(z))],
+            device, args.repeats,
+        )
+        (loop_s,) = timed([backward_of(lambda: per_feature_loop(decoder, z, mask))], device, max(3, args.repeats // 3))
         work = flops(args.batch, features, args.latent, args.hidden)
         rows.append({
             "device": str(device), "G": features, "K": args.latent, "H": args.hidden, "batch": args.batch,

@@ -64,10 +64,12 @@ class SparseDGM(nn.Module):
         priors stay global and unscaled).  Evaluation (``model.eval()``) uses
         all features.  Not for the multinomial likelihood, whose softmax
         normaliser couples all features.  The decoder sees each feature on
-        |S|/G of the steps, so it learns to use z more slowly per step: give
-        the KL warm-up (``train(kl_warmup_epochs=...)``) a few times G/|S|
-        epochs' worth of steps, or the codes can collapse onto the prior
-        first (G = 1000, |S| = 100, a 1-epoch warm-up: 3 of 50 codes active).
+        |S|/G of the steps, so it learns to use z more slowly per step, and a
+        short KL warm-up (``train(kl_warmup_epochs=...)``) lets the codes
+        collapse onto the prior first (G = 1000, |S| = 100, 1 epoch: 3 of 50
+        codes active; |S| = 500 stalled with 3 epochs and beat the VAE with
+        8).  Too small an |S| stalls whatever the warm-up (|S| = 250 with 8
+        or 16 epochs; ``benchmarks/time_to_quality.py``).
     """
 
     def __init__(
