@@ -168,8 +168,9 @@ def markdown(all_results, args):
     lines = [settings, ""]
     for data_name, entry in all_results.items():
         results = entry["models"]
-        lines += [f"#### {data_name}", "", "| model | epochs run | CPU s / epoch | wall s / epoch | final heldout LL | "
-                  "best heldout LL | best - VAE's best | W non-zero |", "|---|---|---|---|---|---|---|---|"]
+        header = ("| model | epochs run | CPU s / epoch | wall s / epoch | final heldout LL | best heldout LL | "
+                  "best - VAE's best | W non-zero |")
+        lines += [f"#### {data_name}", "", header, "|---|---|---|---|---|---|---|---|"]
         vae_best = max((p["heldout_ll"] for r in results.values() if r["kind"] == "vae" for p in r["curve"]), default=float("nan"))
         for name in names:
             r = results[name]
@@ -194,8 +195,9 @@ def markdown(all_results, args):
 
 def headline(results, final_target, vae_best):
     """Per model, its best warm-up: time to the VAE's final quality (× the VAE's), and its best LL against the VAE's."""
-    lines = [f"Each model at its best warm-up, to the VAE's final quality ({final_target['heldout_ll']:.2f}, "
-             f"VAE {final_target['vae_s']:.1f} s):", "",
+    title = (f"Each model at its best warm-up, to the VAE's final quality ({final_target['heldout_ll']:.2f}, "
+             f"VAE {final_target['vae_s']:.1f} s):")
+    lines = [title, "",
              "| model | time to VAE final (× VAE) | warm-up | best heldout LL - VAE's best |", "|---|---|---|---|"]
     for kind in dict.fromkeys(name.rsplit(" ", 1)[0] for name, r in results.items() if r["kind"] != "vae"):
         runs = [name for name in results if name.rsplit(" ", 1)[0] == kind]

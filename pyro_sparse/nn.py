@@ -250,7 +250,7 @@ class MaskedDecoder(Decoder):
         # One masked copy of the batch per feature in the block, as (F * B, K)
         # rows: the layers' outputs are then whole 2-D tensors, not views of
         # one, so the in-place ReLUs need no copy-and-zero-fill in backward
-        # (autograd's CopySlices for in-place ops on views), 5-11 % of a step.
+        # (autograd's CopySlices for in-place ops on views): 5-11 % of a decoder step.
         num_features, batch = mask.shape[0], z.shape[0]
         h = torch.relu_(F.linear((mask.unsqueeze(1) * z).view(num_features * batch, -1), first_weight, self.first_bias))
         for layer in self.hidden:
