@@ -1,5 +1,5 @@
 """
-Time to heldout quality (issue 8): wall-clock training time of the sparse VAE
+Time to heldout quality (issue 8): training time (CPU seconds) of the sparse VAE
 (``ssl_dgm``, all features and feature-subsampled) and of a VAE to reach the
 same importance-weighted heldout log-likelihood, on data with a known sparse
 structure:
@@ -32,9 +32,9 @@ else here.  With 1 epoch the sparse models' codes collapsed onto the prior
 before their decoders used them (|S| = 100: 3 of 50 latent dimensions active,
 σ² 3.8 against a true 0.5, heldout LL stuck at -1963), and this benchmark's
 first version measured that collapse instead of the models.  The VAE is
-sensitive too (binary data: see the results).  A subsampled
-decoder sees each feature on |S|/G of the steps and needs the longer warm-up
-most (|S| = 500 of 1000: 3 epochs stalled, 8 beat the VAE).
+sensitive too (binary data: see the results).  A subsampled decoder sees each
+feature on |S|/G of the steps and needs the longer warm-up most (|S| = 500 of
+1000: 3 epochs stalled, 8 beat the VAE).
 
     python benchmarks/time_to_quality.py --smoke   # seconds: every code path (the test suite runs it)
     python benchmarks/time_to_quality.py --quick   # N=2000, G=200, K=20: a few minutes on 2 cores
