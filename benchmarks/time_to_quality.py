@@ -42,6 +42,12 @@ feature on |S|/G of the steps and needs the longer warm-up most (|S| = 500 of
     # the README's tables: one process per data set, on the two cores at once (about 30 minutes)
     python benchmarks/time_to_quality.py --data gaussian --out time_to_quality_gaussian
     python benchmarks/time_to_quality.py --data binary --out time_to_quality_binary
+    # subsampling after 2 epochs on every feature (SparseDGM's feature_subsample_start_epoch)
+    python benchmarks/time_to_quality.py --data gaussian --kl-warmup-epochs 8 --subsample-start 2 \
+        --models vae,ssl_dgm_subsampled --out time_to_quality_gaussian_start2
+    python benchmarks/time_to_quality.py --data binary --kl-warmup-epochs 8 --subsample 250 --subsample-start 2 \
+        --models vae,ssl_dgm_subsampled --epochs vae=40,ssl_dgm_subsampled=45 --max-seconds 420 \
+        --out time_to_quality_binary_start2
 """
 
 import argparse
@@ -160,7 +166,8 @@ def markdown(all_results, args):
         f"N = {args.n} ({args.n - args.heldout} train, {args.heldout} heldout), G = {args.features}, "
         f"K = {args.latent} (true factors: {args.true_factors}), hidden (H, H, H) = {args.hidden}, "
         f"batch {args.batch}, lr {args.lr}, precision {args.precision}, KL warm-up {args.kl_warmup_epochs} "
-        f"epochs (every model with each: 'name wN'), feature subsample |S| = {args.subsample} (ssl_dgm_subsampled:|S|), heldout LL = "
+        f"epochs (every model with each: 'name wN'), feature subsample |S| = {args.subsample} (ssl_dgm_subsampled:|S|) "
+        f"from epoch {args.subsample_start:g} (all features before; '@N' in the name if N > 0), heldout LL = "
         f"importance-weighted, {args.iw_samples} samples, mean per heldout point. One thread; times are the "
         "process's CPU seconds of training (the machine is shared, so wall-clock is also recorded in the "
         "json), evaluations untimed."
@@ -230,6 +237,8 @@ def main():
     parser.add_argument("--true-factors", type=int, default=10)
     parser.add_argument("--hidden", type=int, default=50, help="width of each of the 3 hidden layers")
     parser.add_argument("--subsample", default=None, help="feature_subsample_size(s), comma-separated (default G/4,G/2)")
+    parser.add_argument("--subsample-start", type=float, default=0.0,
+                        help="feature_subsample_start_epoch: epochs on every feature first (name suffix @N)")
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--kl-warmup-epochs", default="3,8", help="KL warm-up lengths, comma-separated; every model runs with each")
@@ -252,7 +261,9 @@ def main():
     args.kl_warmup_epochs = [float(w) for w in str(args.kl_warmup_epochs).split(",")]
     kinds = {"vae": {"model": "vae"}, "ssl_dgm": {"model": "ssl_dgm"}}
     for size in args.subsample:
-        kinds[f"ssl_dgm_subsampled:{size}"] = {"model": "ssl_dgm", "hyper": {"feature_subsample_size": size}}
+        hyper = {"feature_subsample_size": size, "feature_subsample_start_epoch": args.subsample_start}
+        name = f"ssl_dgm_subsampled:{size}" + (f"@{args.subsample_start:g}" if args.subsample_start else "")
+        kinds[name] = {"model": "ssl_dgm", "hyper": hyper}
     requested = args.models.split(",")
     options = {
         f"{kind} w{warmup:g}": {**entry, "kind": kind.split(":")[0], "warmup": warmup}

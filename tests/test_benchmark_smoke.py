@@ -90,7 +90,7 @@ def test_prior_combinations_smoke(tmp_path):
 
 def test_time_to_quality_smoke(tmp_path):
     stem = str(tmp_path / "time_to_quality")
-    run_script("time_to_quality.py", "--smoke", "--out", stem)
+    run_script("time_to_quality.py", "--smoke", "--subsample-start", "1", "--out", stem)
     results = check_outputs(stem, [])["results"]
     for data in ("gaussian", "binary"):
         runs = results[data]["models"]

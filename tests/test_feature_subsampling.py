@@ -91,6 +91,46 @@ def test_subsampled_decoder_matches_full_decoder_columns():
     assert torch.allclose(model.decoder(values["z"], values["W"], features), full[:, features], atol=1e-6)
 
 
+def test_subsampling_starts_at_the_scheduled_epoch():
+    pyro.set_rng_seed(0)
+    model = SparseDGM(NUM_FEATURES, LATENT, hidden_dims=(8, 8), feature_subsample_size=SUBSET,
+                      feature_subsample_start_epoch=1.5)
+    _, values, x = small_model("gaussian")
+    decoded = []
+    for epoch, visited in [(0.0, NUM_FEATURES), (1.49, NUM_FEATURES), (1.5, SUBSET), (3.0, SUBSET)]:
+        model.schedule(epoch, iteration=0)
+        trace = poutine.trace(poutine.condition(model, data=values)).get_trace(x)
+        decoded.append(trace.nodes["x"]["value"].shape[-1])
+        assert trace.nodes["x"]["scale"] == NUM_FEATURES / visited
+    assert decoded == [NUM_FEATURES, NUM_FEATURES, SUBSET, SUBSET]
+
+
+def test_training_schedules_the_subsampling_start(monkeypatch):
+    # Through train(): the loop calls schedule() before each step, so the
+    # first epoch decodes every feature and the second only the subset.
+    visited = []
+    original = SparseDGM.visited_features
+
+    def recording(self, device):
+        features = original(self, device)
+        if self.training:
+            visited.append(self.num_features if features is None else len(features))
+        return features
+
+    monkeypatch.setattr(SparseDGM, "visited_features", recording)
+    train = synthetic_sparse_dgm(n=200, rho=0.0, seed=0)
+    pyro_sparse.train("ssl_dgm", train.X, latent_dim=3, max_epochs=2, batch_size=100, progress=False,
+                      feature_subsample_size=4, feature_subsample_start_epoch=1)
+    # Two steps per epoch; before them, train() traces the model once to report its KL terms.
+    assert visited[-4:] == [7, 7, 4, 4] and len(visited) <= 5
+
+
+@pytest.mark.parametrize("start, size, message", [(-1, SUBSET, ">= 0"), (2, None, "needs feature_subsample_size")])
+def test_bad_subsample_start_is_refused(start, size, message):
+    with pytest.raises(ValueError, match=message):
+        SparseDGM(NUM_FEATURES, feature_subsample_size=size, feature_subsample_start_epoch=start)
+
+
 def test_subsample_size_of_all_features_is_no_subsampling():
     assert SparseDGM(NUM_FEATURES, feature_subsample_size=NUM_FEATURES).feature_subsample_size is None
 
