@@ -25,29 +25,39 @@ log-likelihoods along its run, the last one ("VAE final": its best minus
 ``--slack`` of its magnitude) being the headline.  ``--subsample 250,500``
 runs one feature-subsampled sparse VAE per size.
 
-Every model runs with each KL warm-up length of ``--kl-warmup-epochs`` (3 and
-8 epochs): the VAE's time to a target is its fastest over them, and each
-sparse model is reported at its best.  The length matters more than anything
-else here.  With 1 epoch the sparse models' codes collapsed onto the prior
-before their decoders used them (|S| = 100: 3 of 50 latent dimensions active,
-σ² 3.8 against a true 0.5, heldout LL stuck at -1963), and this benchmark's
-first version measured that collapse instead of the models.  The VAE is
-sensitive too (binary data: see the results).  A subsampled decoder sees each
-feature on |S|/G of the steps and needs the longer warm-up most (|S| = 500 of
-1000: 3 epochs stalled, 8 beat the VAE).
+Every model runs with each KL warm-up length of ``--kl-warmup-epochs`` and
+each Adam learning rate of ``--lr`` (default 8 epochs; 0.003 and 0.01): the
+VAE's time to a target is its fastest over the grid, and each sparse model is
+reported at its best.  Both settings decided earlier versions of this
+benchmark more than any speed-up did:
+
+* with a 1-epoch warm-up the sparse models' codes collapsed onto the prior
+  before their decoders used them (|S| = 100: 3 of 50 latent dimensions
+  active, σ² 3.8 against a true 0.5), and 3 epochs were worse than 8 for
+  every model;
+* at lr 0.01 every model collapses part of its codes on the binary data (about
+  6 codes vary across data points for the data's 10 factors; the sparse model
+  with 5 codes stalled 20 nats below the VAE); at 0.003 the VAE gains 10 nats
+  on the binary data and 170 on the Gaussian, and the subsampled sparse VAE
+  keeps 9-10 codes.
 
     python benchmarks/time_to_quality.py --smoke   # seconds: every code path (the test suite runs it)
     python benchmarks/time_to_quality.py --quick   # N=2000, G=200, K=20: a few minutes on 2 cores
     python benchmarks/time_to_quality.py           # N=20000, G=1000, K=50 (the issue's settings)
-    # the README's tables: one process per data set, on the two cores at once (about 30 minutes)
-    python benchmarks/time_to_quality.py --data gaussian --out time_to_quality_gaussian
-    python benchmarks/time_to_quality.py --data binary --out time_to_quality_binary
-    # subsampling after 2 epochs on every feature (SparseDGM's feature_subsample_start_epoch)
-    python benchmarks/time_to_quality.py --data gaussian --kl-warmup-epochs 8 --subsample-start 2 \
-        --models vae,ssl_dgm_subsampled --out time_to_quality_gaussian_start2
-    python benchmarks/time_to_quality.py --data binary --kl-warmup-epochs 8 --subsample 250 --subsample-start 2 \
-        --models vae,ssl_dgm_subsampled --epochs vae=40,ssl_dgm_subsampled=45 --max-seconds 420 \
-        --out time_to_quality_binary_start2
+    # the README's tables: one process per data set, on the two cores at once (about 40 minutes)
+    python benchmarks/time_to_quality.py --data gaussian --subsample 250 --subsample-start 2 \
+        --epochs vae=40,ssl_dgm=6,ssl_dgm_subsampled=30 --out time_to_quality_gaussian
+    python benchmarks/time_to_quality.py --data binary --subsample 250 --subsample-start 2 \
+        --epochs vae=60,ssl_dgm=6,ssl_dgm_subsampled=30 --out time_to_quality_binary
+    # longer binary runs at lr 0.003 (each 5-30 minutes; sparse models alone report their curves only)
+    python benchmarks/time_to_quality.py --data binary --lr 0.003 --models vae,ssl_dgm_subsampled --subsample 250 \
+        --subsample-start 2 --epochs vae=120,ssl_dgm_subsampled=50 --max-seconds 700 --eval-every 2 \
+        --out time_to_quality_binary_long
+    python benchmarks/time_to_quality.py --data binary --lr 0.003 --models vae --epochs vae=240 --max-seconds 1500 \
+        --eval-every 10 --out time_to_quality_binary_vae240
+    python benchmarks/time_to_quality.py --data binary --lr 0.003 --models ssl_dgm_subsampled --subsample 250 \
+        --subsample-start 2 --epochs ssl_dgm_subsampled=100 --max-seconds 1500 --eval-every 5 \
+        --out time_to_quality_binary_sparse100   # and --subsample 500 --max-seconds 1700: ..._sparse500
 """
 
 import argparse
@@ -109,7 +119,7 @@ def run_model(name, options, X_train, X_test, args, likelihood, workdir):
         start, start_wall = time.process_time(), time.perf_counter()
         fitted = pyro_sparse.train(
             options["model"], X_train, latent_dim=args.latent, likelihood=likelihood, max_epochs=epoch,
-            batch_size=args.batch, lr=args.lr, seed=0, device="cpu", progress=False,
+            batch_size=args.batch, lr=options["lr"], seed=0, device="cpu", progress=False,
             kl_warmup_epochs=options["warmup"], checkpoint_path=path, checkpoint_every=args.eval_every,
             resume_from=path if path.exists() else None, hidden_dims=(args.hidden,) * 3,
             precision=args.precision, **options.get("hyper", {}),
@@ -165,8 +175,8 @@ def markdown(all_results, args):
     settings = (
         f"N = {args.n} ({args.n - args.heldout} train, {args.heldout} heldout), G = {args.features}, "
         f"K = {args.latent} (true factors: {args.true_factors}), hidden (H, H, H) = {args.hidden}, "
-        f"batch {args.batch}, lr {args.lr}, precision {args.precision}, KL warm-up {args.kl_warmup_epochs} "
-        f"epochs (every model with each: 'name wN'), feature subsample |S| = {args.subsample} (ssl_dgm_subsampled:|S|) "
+        f"batch {args.batch}, precision {args.precision}, KL warm-up {args.kl_warmup_epochs} epochs and Adam "
+        f"learning rate {args.lr} (every model with each: 'name wN lrX'), feature subsample |S| = {args.subsample} (ssl_dgm_subsampled:|S|) "
         f"from epoch {args.subsample_start:g} (all features before; '@N' in the name if N > 0), heldout LL = "
         f"importance-weighted, {args.iw_samples} samples, mean per heldout point. One thread; times are the "
         "process's CPU seconds of training (the machine is shared, so wall-clock is also recorded in the "
@@ -185,8 +195,10 @@ def markdown(all_results, args):
             best = max(p["heldout_ll"] for p in r["curve"])
             lines.append(
                 f"| {name} | {r['curve'][-1]['epoch']} | {r['seconds_per_epoch']:.2f} | {r['wall_seconds_per_epoch']:.2f} | "
-                f"{r['curve'][-1]['heldout_ll']:.2f} | {best:.2f} | {best - vae_best:+.2f} | {nonzero} |"
+                f"{r['curve'][-1]['heldout_ll']:.2f} | {best:.2f} | {against_vae(best, vae_best)} | {nonzero} |"
             )
+        if "time_to_target" not in entry:  # no VAE in this run: nothing to time against
+            continue
         others = [n for n in names if results[n]["kind"] != "vae"]
         lines += ["", "| target (heldout LL) | VAE s | " + " | ".join(f"{n} s (× VAE)" for n in others) + " |",
                   "|---|---|" + "---|" * len(others)]
@@ -200,24 +212,28 @@ def markdown(all_results, args):
     return "\n".join(lines)
 
 
+def against_vae(value, vae_best):
+    return "-" if np.isnan(vae_best) else f"{value - vae_best:+.2f}"
+
+
 def headline(results, final_target, vae_best):
     """Per model, its best warm-up: time to the VAE's final quality (× the VAE's), and its best LL against the VAE's."""
-    title = (f"Each model at its best warm-up, to the VAE's final quality ({final_target['heldout_ll']:.2f}, "
+    title = (f"Each model at its best warm-up and learning rate, to the VAE's final quality ({final_target['heldout_ll']:.2f}, "
              f"VAE {final_target['vae_s']:.1f} s):")
     lines = [title, "",
-             "| model | time to VAE final (× VAE) | warm-up | best heldout LL - VAE's best |", "|---|---|---|---|"]
-    for kind in dict.fromkeys(name.rsplit(" ", 1)[0] for name, r in results.items() if r["kind"] != "vae"):
-        runs = [name for name in results if name.rsplit(" ", 1)[0] == kind]
+             "| model | time to VAE final (× VAE) | warm-up | lr | best heldout LL - VAE's best |", "|---|---|---|---|---|"]
+    for label in dict.fromkeys(r["label"] for r in results.values() if r["kind"] != "vae"):
+        runs = [name for name in results if results[name]["label"] == label]
         reached = [name for name in runs if final_target[f"{name}_s"] is not None]
         best = max(max(p["heldout_ll"] for p in results[name]["curve"]) for name in runs)
         if reached:
             fastest = min(reached, key=lambda name: final_target[f"{name}_s"])
             ratio = final_target[f"{fastest}_ratio"]
             cell = f"{final_target[f'{fastest}_s']:.1f} s ({ratio:.1f}×)" if ratio else f"{final_target[f'{fastest}_s']:.1f} s"
-            warmup = f"{results[fastest]['warmup']:g}"
+            warmup, lr = f"{results[fastest]['warmup']:g}", f"{results[fastest]['lr']:g}"
         else:
-            cell, warmup = "not reached", "-"
-        lines.append(f"| {kind} | {cell} | {warmup} | {best - vae_best:+.2f} |")
+            cell, warmup, lr = "not reached", "-", "-"
+        lines.append(f"| {label} | {cell} | {warmup} | {lr} | {best - vae_best:+.2f} |")
     return "\n".join(lines)
 
 
@@ -240,8 +256,8 @@ def main():
     parser.add_argument("--subsample-start", type=float, default=0.0,
                         help="feature_subsample_start_epoch: epochs on every feature first (name suffix @N)")
     parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--kl-warmup-epochs", default="3,8", help="KL warm-up lengths, comma-separated; every model runs with each")
+    parser.add_argument("--lr", default="0.003,0.01", help="Adam learning rates, comma-separated; every model runs with each")
+    parser.add_argument("--kl-warmup-epochs", default="8", help="KL warm-up lengths, comma-separated; every model runs with each")
     parser.add_argument("--epochs", default="vae=40,ssl_dgm_subsampled=12,ssl_dgm=6", help="epoch budget per model")
     parser.add_argument("--max-seconds", type=float, default=600, help="training-time budget per model")
     parser.add_argument("--eval-every", type=int, default=1)
@@ -259,6 +275,7 @@ def main():
     args.subsample = [int(size) for size in (args.subsample or default_sizes).split(",")]
     args.max_epochs = {k: int(v) for k, v in (item.split("=") for item in args.epochs.split(","))}
     args.kl_warmup_epochs = [float(w) for w in str(args.kl_warmup_epochs).split(",")]
+    args.lr = [float(lr) for lr in str(args.lr).split(",")]
     kinds = {"vae": {"model": "vae"}, "ssl_dgm": {"model": "ssl_dgm"}}
     for size in args.subsample:
         hyper = {"feature_subsample_size": size, "feature_subsample_start_epoch": args.subsample_start}
@@ -266,8 +283,9 @@ def main():
         kinds[name] = {"model": "ssl_dgm", "hyper": hyper}
     requested = args.models.split(",")
     options = {
-        f"{kind} w{warmup:g}": {**entry, "kind": kind.split(":")[0], "warmup": warmup}
-        for kind, entry in kinds.items() if kind.split(":")[0] in requested for warmup in args.kl_warmup_epochs
+        f"{kind} w{warmup:g} lr{lr:g}": {**entry, "kind": kind.split(":")[0], "label": kind, "warmup": warmup, "lr": lr}
+        for kind, entry in kinds.items() if kind.split(":")[0] in requested
+        for warmup in args.kl_warmup_epochs for lr in args.lr
     }
     args.models = list(options)
     torch.set_num_threads(1)
@@ -286,8 +304,8 @@ def main():
         results = {}
         with tempfile.TemporaryDirectory() as tmp:
             for name in args.models:
-                results[name] = {"kind": options[name]["kind"], "warmup": options[name]["warmup"],
-                                 **run_model(name, options[name], X_train, X_test, args, likelihood, Path(tmp))}
+                settings = {key: options[name][key] for key in ("kind", "label", "warmup", "lr")}
+                results[name] = settings | run_model(name, options[name], X_train, X_test, args, likelihood, Path(tmp))
         entry = {"models": results}
         if any(r["kind"] == "vae" for r in results.values()):
             entry["time_to_target"] = summarize(results, args)

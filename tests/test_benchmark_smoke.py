@@ -94,11 +94,20 @@ def test_time_to_quality_smoke(tmp_path):
     results = check_outputs(stem, [])["results"]
     for data in ("gaussian", "binary"):
         runs = results[data]["models"]
-        # Every model with every warm-up of the grid, subsampled included.
-        assert {(run["kind"], run["warmup"]) for run in runs.values()} == {
-            (kind, warmup) for kind in ("vae", "ssl_dgm", "ssl_dgm_subsampled") for warmup in (1.0, 2.0)
+        # Every model with every warm-up and learning rate of the grid, subsampled included.
+        assert {(run["kind"], run["warmup"], run["lr"]) for run in runs.values()} == {
+            (kind, warmup, lr)
+            for kind in ("vae", "ssl_dgm", "ssl_dgm_subsampled") for warmup in (1.0, 2.0) for lr in (0.003, 0.01)
         }
         for run in runs.values():
             assert all(math.isfinite(point["heldout_ll"]) and point["seconds"] > 0 for point in run["curve"]), run
         targets = results[data]["time_to_target"]
         assert targets[-1]["target"] == "VAE final" and targets[-1]["vae_s"] > 0
+
+
+def test_time_to_quality_without_vae(tmp_path):
+    # A run of sparse models alone (e.g. a long one) reports their curves without targets.
+    stem = str(tmp_path / "time_to_quality")
+    run_script("time_to_quality.py", "--smoke", "--data", "binary", "--models", "ssl_dgm", "--lr", "0.01", "--out", stem)
+    results = check_outputs(stem, [])["results"]["binary"]
+    assert "time_to_target" not in results and {run["kind"] for run in results["models"].values()} == {"ssl_dgm"}
