@@ -49,7 +49,10 @@ benchmark more than any speed-up did:
         --epochs vae=40,ssl_dgm=6,ssl_dgm_subsampled=30 --out time_to_quality_gaussian
     python benchmarks/time_to_quality.py --data binary --subsample 250 --subsample-start 2 \
         --epochs vae=60,ssl_dgm=6,ssl_dgm_subsampled=30 --out time_to_quality_binary
-    # longer binary runs at lr 0.003 (each 5-30 minutes; sparse models alone report their curves only)
+    # longer runs at lr 0.003 (each 5-30 minutes; sparse models alone report their curves only)
+    python benchmarks/time_to_quality.py --data gaussian --lr 0.003 --models vae,ssl_dgm_subsampled --subsample 250 \
+        --subsample-start 2 --epochs vae=400,ssl_dgm_subsampled=100 --max-seconds 1500 --eval-every 5 \
+        --out time_to_quality_gaussian_long
     python benchmarks/time_to_quality.py --data binary --lr 0.003 --models vae,ssl_dgm_subsampled --subsample 250 \
         --subsample-start 2 --epochs vae=120,ssl_dgm_subsampled=50 --max-seconds 700 --eval-every 2 \
         --out time_to_quality_binary_long
