@@ -28,7 +28,7 @@ runs one feature-subsampled sparse VAE per size.
 Every model runs with each KL warm-up length of ``--kl-warmup-epochs`` and
 each Adam learning rate of ``--lr`` (default 8 epochs; 0.003 and 0.01): the
 VAE's time to a target is its fastest over the grid, and each sparse model is
-reported at its best.  Both settings decided earlier versions of this
+reported at its best.  These settings decided earlier versions of this
 benchmark more than any speed-up did:
 
 * with a 1-epoch warm-up the sparse models' codes collapsed onto the prior
@@ -38,8 +38,12 @@ benchmark more than any speed-up did:
 * at lr 0.01 every model collapses part of its codes on the binary data (about
   6 codes vary across data points for the data's 10 factors; the sparse model
   with 5 codes stalled 20 nats below the VAE); at 0.003 the VAE gains 11 nats
-  on the binary data and 173 on the Gaussian (at 40-60 epochs), and the subsampled sparse VAE
-  keeps 9-10 codes.
+  on the binary data and 173 on the Gaussian (at 40-60 epochs), and the sparse VAE
+  keeps 8-10 codes;
+* on the binary data, subsampling after 2 full epochs lost a code during the
+  KL warm-up for good (9 codes to epoch 250, 2 nats below the converged VAE);
+  12 full epochs kept all 10.  Each evaluation counts the active codes (those
+  whose encoder mean varies across heldout points, variance > 0.01).
 
     python benchmarks/time_to_quality.py --smoke   # seconds: every code path (the test suite runs it)
     python benchmarks/time_to_quality.py --quick   # N=2000, G=200, K=20: a few minutes on 2 cores
@@ -58,9 +62,15 @@ benchmark more than any speed-up did:
         --out time_to_quality_binary_long
     python benchmarks/time_to_quality.py --data binary --lr 0.003 --models vae --epochs vae=240 --max-seconds 1500 \
         --eval-every 10 --out time_to_quality_binary_vae240
+    python benchmarks/time_to_quality.py --data binary --lr 0.003 --models ssl_dgm --epochs ssl_dgm=40 \
+        --max-seconds 1100 --eval-every 10 --out time_to_quality_binary_full40
     python benchmarks/time_to_quality.py --data binary --lr 0.003 --models ssl_dgm_subsampled --subsample 250 \
-        --subsample-start 2 --epochs ssl_dgm_subsampled=100 --max-seconds 1500 --eval-every 5 \
-        --out time_to_quality_binary_sparse100   # and --subsample 500 --max-seconds 1700: ..._sparse500
+        --subsample-start 12 --epochs ssl_dgm_subsampled=150 --max-seconds 2100 --eval-every 5 \
+        --out time_to_quality_binary_sparse250_start12   # and --seed 1 --epochs ssl_dgm_subsampled=80: ..._seed1
+    python benchmarks/time_to_quality.py --data binary --lr 0.003 --models ssl_dgm_subsampled --subsample 250 \
+        --subsample-start 2 --epochs ssl_dgm_subsampled=260 --max-seconds 2150 --eval-every 10 \
+        --out time_to_quality_binary_sparse250   # --seed 1 --epochs ssl_dgm_subsampled=100: ..._seed1;
+        # --subsample 500 --epochs ssl_dgm_subsampled=100 --max-seconds 1700 --eval-every 5: ..._sparse500
 """
 
 import argparse
@@ -112,6 +122,9 @@ def sparse_binary(n, num_features, num_factors, seed):
 DATA = {"gaussian": sparse_gaussian, "binary": sparse_binary}
 
 
+ACTIVE_CODE_VARIANCE = 0.01  # variance over heldout points of a code's posterior mean
+
+
 def run_model(name, options, X_train, X_test, args, likelihood, workdir):
     """Train in chunks with resume; return the curve of (epoch, training seconds, heldout LL)."""
     path = workdir / f"{name.replace(':', '_').replace(' ', '_')}.ckpt"
@@ -122,7 +135,7 @@ def run_model(name, options, X_train, X_test, args, likelihood, workdir):
         start, start_wall = time.process_time(), time.perf_counter()
         fitted = pyro_sparse.train(
             options["model"], X_train, latent_dim=args.latent, likelihood=likelihood, max_epochs=epoch,
-            batch_size=args.batch, lr=options["lr"], seed=0, device="cpu", progress=False,
+            batch_size=args.batch, lr=options["lr"], lr_decay=args.lr_decay, seed=args.seed, device="cpu", progress=False,
             kl_warmup_epochs=options["warmup"], checkpoint_path=path, checkpoint_every=args.eval_every,
             resume_from=path if path.exists() else None, hidden_dims=(args.hidden,) * 3,
             precision=args.precision, **options.get("hyper", {}),
@@ -131,8 +144,10 @@ def run_model(name, options, X_train, X_test, args, likelihood, workdir):
         wall += time.perf_counter() - start_wall
         torch.manual_seed(1)  # the same importance samples' noise for every evaluation
         heldout = float(np.mean(fitted.heldout_log_likelihood(X_test, num_samples=args.iw_samples)))
-        curve.append({"epoch": epoch, "seconds": seconds, "wall_seconds": wall, "heldout_ll": heldout})
-        print(f"  {name:22s} epoch {epoch:3d}  {seconds:8.1f} s  heldout LL {heldout:10.2f}", flush=True)
+        # Codes that vary across heldout points: a collapsed code is constant (the prior's).
+        active = int(np.sum(fitted.transform(X_test, kind="mean").var(axis=0) > ACTIVE_CODE_VARIANCE))
+        curve.append({"epoch": epoch, "seconds": seconds, "wall_seconds": wall, "heldout_ll": heldout, "active_codes": active})
+        print(f"  {name:22s} epoch {epoch:3d}  {seconds:8.1f} s  heldout LL {heldout:10.2f}  active codes {active}", flush=True)
     result = {"curve": curve, "seconds_per_epoch": seconds / epoch, "wall_seconds_per_epoch": wall / epoch}
     if options["model"] == "ssl_dgm":
         W = fitted.W_
@@ -178,8 +193,8 @@ def markdown(all_results, args):
     settings = (
         f"N = {args.n} ({args.n - args.heldout} train, {args.heldout} heldout), G = {args.features}, "
         f"K = {args.latent} (true factors: {args.true_factors}), hidden (H, H, H) = {args.hidden}, "
-        f"batch {args.batch}, precision {args.precision}, KL warm-up {args.kl_warmup_epochs} epochs and Adam "
-        f"learning rate {args.lr} (every model with each: 'name wN lrX'), feature subsample |S| = {args.subsample} (ssl_dgm_subsampled:|S|) "
+        f"batch {args.batch}, train seed {args.seed}, precision {args.precision}, KL warm-up {args.kl_warmup_epochs} epochs and Adam "
+        f"learning rate {args.lr} (every model with each: 'name wN lrX') times {args.lr_decay:g} per epoch, feature subsample |S| = {args.subsample} (ssl_dgm_subsampled:|S|) "
         f"from epoch {args.subsample_start:g} (all features before; '@N' in the name if N > 0), heldout LL = "
         f"importance-weighted, {args.iw_samples} samples, mean per heldout point. One thread; times are the "
         "process's CPU seconds of training (the machine is shared, so wall-clock is also recorded in the "
@@ -189,8 +204,8 @@ def markdown(all_results, args):
     for data_name, entry in all_results.items():
         results = entry["models"]
         header = ("| model | epochs run | CPU s / epoch | wall s / epoch | final heldout LL | best heldout LL | "
-                  "best - VAE's best | W non-zero |")
-        lines += [f"#### {data_name}", "", header, "|---|---|---|---|---|---|---|---|"]
+                  "best - VAE's best | active codes | W non-zero |")
+        lines += [f"#### {data_name}", "", header, "|---|---|---|---|---|---|---|---|---|"]
         vae_best = max((p["heldout_ll"] for r in results.values() if r["kind"] == "vae" for p in r["curve"]), default=float("nan"))
         for name in names:
             r = results[name]
@@ -198,7 +213,8 @@ def markdown(all_results, args):
             best = max(p["heldout_ll"] for p in r["curve"])
             lines.append(
                 f"| {name} | {r['curve'][-1]['epoch']} | {r['seconds_per_epoch']:.2f} | {r['wall_seconds_per_epoch']:.2f} | "
-                f"{r['curve'][-1]['heldout_ll']:.2f} | {best:.2f} | {against_vae(best, vae_best)} | {nonzero} |"
+                f"{r['curve'][-1]['heldout_ll']:.2f} | {best:.2f} | {against_vae(best, vae_best)} | "
+                f"{r['curve'][-1]['active_codes']} | {nonzero} |"
             )
         if "time_to_target" not in entry:  # no VAE in this run: nothing to time against
             continue
@@ -260,6 +276,8 @@ def main():
                         help="feature_subsample_start_epoch: epochs on every feature first (name suffix @N)")
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--lr", default="0.003,0.01", help="Adam learning rates, comma-separated; every model runs with each")
+    parser.add_argument("--seed", type=int, default=0, help="train(seed=...): initialisation and minibatch order (the data stay fixed)")
+    parser.add_argument("--lr-decay", type=float, default=1.0, help="train(lr_decay=...): per-epoch factor, every model")
     parser.add_argument("--kl-warmup-epochs", default="8", help="KL warm-up lengths, comma-separated; every model runs with each")
     parser.add_argument("--epochs", default="vae=40,ssl_dgm_subsampled=12,ssl_dgm=6", help="epoch budget per model")
     parser.add_argument("--max-seconds", type=float, default=600, help="training-time budget per model")
