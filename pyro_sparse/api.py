@@ -305,6 +305,21 @@ def _log_kl_terms(model, guide, matrix, device):
             )
 
 
+def _warn_early_subsampling(start_epoch, warmup_epochs):
+    # A code the sparse decoder drops during the KL warm-up rarely comes back
+    # (its column of W is exactly zero), and a subsampled decoder learns to use
+    # the codes more slowly per step: at G = 1000, Bernoulli, |S| = 250,
+    # subsampling from epoch 2 of an 8-epoch warm-up lost 1-2 of 10 codes for
+    # good, from epoch 12 none (benchmarks/time_to_quality.py).
+    if start_epoch < warmup_epochs:
+        warnings.warn(
+            f"feature subsampling starts at epoch {start_epoch:g}, before the KL warm-up ends "
+            f"(epoch {warmup_epochs:g}): codes dropped meanwhile rarely come back to the sparse decoder; "
+            "set feature_subsample_start_epoch past kl_warmup_epochs",
+            stacklevel=3,
+        )
+
+
 def train(
     model="ssl_dgm",
     data=None,
@@ -516,6 +531,9 @@ def train(
             "the prior and cost time); lower latent_dim, or use sparse codes (e.g. latent_prior='spike_slab')",
             stacklevel=2,
         )
+    warmup_epochs = max_epochs / 4 if kl_warmup_epochs is None else kl_warmup_epochs
+    if getattr(model_module, "feature_subsample_size", None) is not None:
+        _warn_early_subsampling(model_module.feature_subsample_start_epoch, warmup_epochs)
     _log_kl_terms(model_module, guide, train_matrix, device)
     if precision == "bf16" and set_decoder_precision(model_module, precision) == 0:
         warnings.warn(
@@ -547,7 +565,7 @@ def train(
                 generator=generator,
                 progress=progress,
                 early_stopping=early_stopping,
-                kl_warmup_epochs=max_epochs / 4 if kl_warmup_epochs is None else kl_warmup_epochs,
+                kl_warmup_epochs=warmup_epochs,
                 on_divergence=on_divergence,
                 max_rollbacks=max_rollbacks,
                 checkpoint=checkpoint,

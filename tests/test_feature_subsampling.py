@@ -1,5 +1,7 @@
 """Feature subsampling in the sparse DGM: unbiased likelihood and gradients at a fraction of the decoder's cost."""
 
+import warnings
+
 import numpy as np
 import pyro
 import pytest
@@ -121,6 +123,17 @@ def test_training_schedules_the_subsampling_start(monkeypatch):
                       feature_subsample_size=4, feature_subsample_start_epoch=1)
     # Two steps per epoch; before them, train() traces the model once to report its KL terms.
     assert visited[-4:] == [7, 7, 4, 4] and len(visited) <= 5
+
+
+@pytest.mark.parametrize("start, warns", [(0, True), (1.5, True), (2, False)])
+def test_subsampling_before_the_kl_warmup_ends_warns(start, warns):
+    train = synthetic_sparse_dgm(n=100, rho=0.0, seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pyro_sparse.train("ssl_dgm", train.X, latent_dim=3, max_epochs=1, kl_warmup_epochs=2, progress=False,
+                          feature_subsample_size=4, feature_subsample_start_epoch=start)
+    early = [w for w in caught if "before the KL warm-up ends" in str(w.message)]
+    assert len(early) == int(warns)
 
 
 @pytest.mark.parametrize("start, size, message", [(-1, SUBSET, ">= 0"), (2, None, "needs feature_subsample_size")])
