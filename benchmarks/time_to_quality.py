@@ -40,8 +40,8 @@ benchmark more than any speed-up did:
   with 5 codes stalled 20 nats below the VAE); at 0.003 the VAE gains 11 nats
   on the binary data and 173 on the Gaussian (at 40-60 epochs), and the sparse VAE
   keeps 8-10 codes;
-* on the binary data, subsampling after 2 full epochs lost a code during the
-  KL warm-up for good (9 codes to epoch 250, 2 nats below the converged VAE);
+* on the binary data, subsampling after 2 full epochs lost a code as the codes
+  were pruned after the KL warm-up, for good (9 codes to epoch 250, 2 nats below the converged VAE);
   12 full epochs kept all 10.  Each evaluation counts the active codes (those
   whose encoder mean varies across heldout points, variance > 0.01).
 
@@ -190,11 +190,12 @@ def summarize(results, args):
 
 def markdown(all_results, args):
     names = args.models
+    decay = f" times {args.lr_decay:g} per epoch" if args.lr_decay != 1 else ""
     settings = (
         f"N = {args.n} ({args.n - args.heldout} train, {args.heldout} heldout), G = {args.features}, "
         f"K = {args.latent} (true factors: {args.true_factors}), hidden (H, H, H) = {args.hidden}, "
         f"batch {args.batch}, train seed {args.seed}, precision {args.precision}, KL warm-up {args.kl_warmup_epochs} epochs and Adam "
-        f"learning rate {args.lr} (every model with each: 'name wN lrX') times {args.lr_decay:g} per epoch, feature subsample |S| = {args.subsample} (ssl_dgm_subsampled:|S|) "
+        f"learning rate {args.lr}{decay} (every model with each: 'name wN lrX'), feature subsample |S| = {args.subsample} (ssl_dgm_subsampled:|S|) "
         f"from epoch {args.subsample_start:g} (all features before; '@N' in the name if N > 0), heldout LL = "
         f"importance-weighted, {args.iw_samples} samples, mean per heldout point. One thread; times are the "
         "process's CPU seconds of training (the machine is shared, so wall-clock is also recorded in the "

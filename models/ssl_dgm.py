@@ -74,9 +74,10 @@ class SparseDGM(nn.Module):
         this many epochs, then subsample (the training loop calls
         :meth:`schedule` before each step).  The full-feature epochs let the
         decoder use the codes that a subsampled start can collapse; make them
-        outlast the KL warm-up, because a code dropped meanwhile rarely comes
-        back (once its column of W is exactly zero, neither W nor the encoder
-        gets a gradient towards using it).  G = 1000, |S| = 250
+        outlast the KL warm-up: the codes are pruned just after it, and a code
+        the decoder drops rarely comes back (once its column of W is exactly
+        zero, W's likelihood gradient there averages to zero and the encoder's
+        only gradient for it is the KL's).  G = 1000, |S| = 250
         (``benchmarks/time_to_quality.py``): Gaussian, 2 full epochs, the
         converged VAE's heldout likelihood in 1.4× the VAE's time; Bernoulli,
         8-epoch warm-up: 2 full epochs lost a code and ended 2 nats below the

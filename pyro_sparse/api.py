@@ -306,16 +306,17 @@ def _log_kl_terms(model, guide, matrix, device):
 
 
 def _warn_early_subsampling(start_epoch, warmup_epochs):
-    # A code the sparse decoder drops during the KL warm-up rarely comes back
-    # (its column of W is exactly zero), and a subsampled decoder learns to use
-    # the codes more slowly per step: at G = 1000, Bernoulli, |S| = 250,
-    # subsampling from epoch 2 of an 8-epoch warm-up lost 1-2 of 10 codes for
-    # good, from epoch 12 none (benchmarks/time_to_quality.py).
+    # The codes are pruned to the ones the data need as the KL weight reaches
+    # 1; a subsampled decoder, which learns to use them more slowly per step,
+    # can drop one too many, and a code whose column of W is exactly zero
+    # rarely comes back: at G = 1000, Bernoulli, |S| = 250, subsampling from
+    # epoch 2 of an 8-epoch warm-up lost 1-2 of 10 codes for good, from epoch
+    # 12 none at the end (benchmarks/time_to_quality.py).
     if start_epoch < warmup_epochs:
         warnings.warn(
             f"feature subsampling starts at epoch {start_epoch:g}, before the KL warm-up ends "
-            f"(epoch {warmup_epochs:g}): codes dropped meanwhile rarely come back to the sparse decoder; "
-            "set feature_subsample_start_epoch past kl_warmup_epochs",
+            f"(epoch {warmup_epochs:g}): codes the sparse decoder drops as they are pruned rarely come back; "
+            "set feature_subsample_start_epoch at or after kl_warmup_epochs (a few epochs after is safer)",
             stacklevel=3,
         )
 
