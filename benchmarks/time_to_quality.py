@@ -61,12 +61,12 @@ benchmark more than any speed-up did:
         --subsample-start 2 --epochs vae=120,ssl_dgm_subsampled=50 --max-seconds 700 --eval-every 2 \
         --out time_to_quality_binary_long
     python benchmarks/time_to_quality.py --data binary --lr 0.003 --models vae --epochs vae=240 --max-seconds 1500 \
-        --eval-every 10 --out time_to_quality_binary_vae240
+        --eval-every 10 --out time_to_quality_binary_vae240   # and --seed 1: ..._seed1
     python benchmarks/time_to_quality.py --data binary --lr 0.003 --models ssl_dgm --epochs ssl_dgm=40 \
         --max-seconds 1100 --eval-every 10 --out time_to_quality_binary_full40
     python benchmarks/time_to_quality.py --data binary --lr 0.003 --models ssl_dgm_subsampled --subsample 250 \
         --subsample-start 12 --epochs ssl_dgm_subsampled=150 --max-seconds 2100 --eval-every 5 \
-        --out time_to_quality_binary_sparse250_start12   # and --seed 1 --epochs ssl_dgm_subsampled=80: ..._seed1
+        --out time_to_quality_binary_sparse250_start12   # and --seed 1: ..._seed1
     python benchmarks/time_to_quality.py --data binary --lr 0.003 --models ssl_dgm_subsampled --subsample 250 \
         --subsample-start 2 --epochs ssl_dgm_subsampled=260 --max-seconds 2150 --eval-every 10 \
         --out time_to_quality_binary_sparse250   # --seed 1 --epochs ssl_dgm_subsampled=100: ..._seed1;
