@@ -40,10 +40,11 @@ benchmark more than any speed-up did:
   with 5 codes stalled 20 nats below the VAE); at 0.003 the VAE gains 11 nats
   on the binary data and 173 on the Gaussian (at 40-60 epochs), and the sparse VAE
   keeps 8-10 codes;
-* on the binary data, subsampling after 2 full epochs lost a code as the codes
-  were pruned after the KL warm-up, for good (9 codes to epoch 250, 2 nats below the converged VAE);
-  12 full epochs kept all 10.  Each evaluation counts the active codes (those
-  whose encoder mean varies across heldout points, variance > 0.01).
+* on the binary data, subsampling after 2 full epochs lost a code for good as
+  the codes were pruned after the KL warm-up (9 codes to epoch 250, 2 nats
+  below the converged VAE); 12 full epochs kept all 10.  Each evaluation
+  counts the active codes (those whose encoder mean varies across heldout
+  points, variance > 0.01).
 
     python benchmarks/time_to_quality.py --smoke   # seconds: every code path (the test suite runs it)
     python benchmarks/time_to_quality.py --quick   # N=2000, G=200, K=20: a few minutes on 2 cores
