@@ -81,7 +81,7 @@ class SparseDGM(nn.Module):
         (``benchmarks/time_to_quality.py``): Gaussian, 2 full epochs, the
         converged VAE's heldout likelihood in 1.4× the VAE's time; Bernoulli,
         8-epoch warm-up: 2 full epochs lost a code and ended 2 nats below the
-        converged VAE; 12 reached it in 2.9× and 8.0× (two seeds).
+        converged VAE; 12 full epochs reached it in 2.9× and 8.0× (two seeds).
     """
 
     def __init__(

@@ -101,6 +101,8 @@ def test_time_to_quality_smoke(tmp_path):
         }
         for run in runs.values():
             assert all(math.isfinite(point["heldout_ll"]) and point["seconds"] > 0 for point in run["curve"]), run
+            # --smoke fits K = 4 latent dimensions; a count outside 0..4 means the code count is broken.
+            assert all(0 <= point["active_codes"] <= 4 for point in run["curve"]), run
         targets = results[data]["time_to_target"]
         assert targets[-1]["target"] == "VAE final" and targets[-1]["vae_s"] > 0
 
