@@ -22,7 +22,7 @@ from torch.distributions import Chi2, constraints
 from torch.distributions.utils import broadcast_all
 
 import pyro_sparse
-from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 
 
 class StudentT(TorchDistribution):

@@ -42,7 +42,6 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 
 import numpy as np
-
 from synthetic_recovery import fit_synthetic, synthetic_split
 
 METHODS = {
@@ -83,7 +82,7 @@ NOTES = """\
 
 
 def run(job):
-    from pyro_sparse import metrics
+    from pyro_sparse import evaluation
 
     label, rho, seed, epochs, num_train = job
     model, hyper = METHODS[label]
@@ -97,8 +96,8 @@ def run(job):
         result["clipped_share"] = float(np.mean(test.X - shift < 0))
     fitted, result["seconds"] = fit_synthetic(model, X_train, seed, epochs, hyper)
     codes = fitted.transform(X_test, kind="mean")
-    result["mse"] = metrics.mse(test.X, fitted.reconstruct(X_test) + shift)
-    result["dci"] = metrics.dci_disentanglement(codes, test.z)
+    result["mse"] = evaluation.mse(test.X, fitted.reconstruct(X_test) + shift)
+    result["dci"] = evaluation.dci_disentanglement(codes, test.z)
     result["active_codes"] = int((codes.var(0) > 0.01).sum())
     return result
 

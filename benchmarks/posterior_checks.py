@@ -34,8 +34,8 @@ with warnings.catch_warnings():
     import arviz as az
 
     import pyro_sparse
-    from pyro_sparse import diagnostics
-    from pyro_sparse.datasets import synthetic_sparse_dgm
+    from pyro_sparse.data.synthetic import synthetic_sparse_dgm
+    from pyro_sparse.evaluation import diagnostics
 
 FEATURES = ["z1", "2 z1", "3 z1²", "4 z2", "5 z2", "6 sin z2", "7 z1 z2"]  # Eq. 9's means
 

@@ -28,7 +28,7 @@ Synthetic data: K = 5 and the paper's Table 6 settings through
 
 * DCI disentanglement of E_q[z | x] against the true factors;
 * W support F: the paper's rule E[γ] > 0.5 against the true support of W
-  (masked models only), after matching codes to factors (``metrics.match_factors``);
+  (masked models only), after matching codes to factors (``evaluation.match_factors``);
 * code support F: the exact non-zeros of the posterior-mode codes against
   the true non-zeros of z, with the same matching (unmatched codes' non-zeros
   are false positives); dense codes score 2p / (1 + p) on factors active with
@@ -64,7 +64,6 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")  # one thread, sklearn's BLAS included
 
 import numpy as np
-
 from synthetic_recovery import fit_synthetic, synthetic_split
 
 ALPHA = 0.3  # prior P(z_k ≠ 0); the sparse-code data's true activity rate
@@ -108,34 +107,34 @@ def synthetic_data(name, seed, num_train):
     """(train, test) of the dense-code data (``synthetic_split``) or the sparse-code variant, seed + 10,000 for test."""
     if name == "dense codes":
         return synthetic_split(RHO, seed, num_train)
-    from pyro_sparse.datasets import synthetic_sparse_codes
+    from pyro_sparse.data.synthetic import synthetic_sparse_codes
 
     return (synthetic_sparse_codes(num_train, ALPHA, RHO, seed),
             synthetic_sparse_codes(1000, ALPHA, RHO, seed + 10_000))
 
 
 def heldout_log_likelihood(fitted, X):
-    from pyro_sparse import metrics
+    from pyro_sparse import evaluation
 
-    return -metrics.heldout_nll(fitted.heldout_log_likelihood(X, num_samples=IW_SAMPLES))
+    return -evaluation.heldout_nll(fitted.heldout_log_likelihood(X, num_samples=IW_SAMPLES))
 
 
 def score_synthetic(fitted, test):
-    from pyro_sparse import metrics
+    from pyro_sparse import evaluation
 
     codes, mode = fitted.transform(test.X, kind="mean"), fitted.transform(test.X)
-    matching = metrics.match_factors(codes, test.z)
+    matching = evaluation.match_factors(codes, test.z)
     result = {
-        "dci": metrics.dci_disentanglement(codes, test.z),
-        "code_support_f": metrics.support_f_score(mode, test.z != 0, matching),
+        "dci": evaluation.dci_disentanglement(codes, test.z),
+        "code_support_f": evaluation.support_f_score(mode, test.z != 0, matching),
         "zero_codes": float(np.mean(mode == 0)),
-        "mse": metrics.mse(test.X, fitted.reconstruct(test.X)),
+        "mse": evaluation.mse(test.X, fitted.reconstruct(test.X)),
         "log_likelihood": heldout_log_likelihood(fitted, test.X),
     }
     if "W" in fitted.guide.unconstrained:
         result.update(
-            w_support_f=metrics.support_f_score(fitted.inclusion_probs_ > 0.5, test.support, matching),
-            w_support_f_zeros=metrics.support_f_score(fitted.W_, test.support, matching),
+            w_support_f=evaluation.support_f_score(fitted.inclusion_probs_ > 0.5, test.support, matching),
+            w_support_f_zeros=evaluation.support_f_score(fitted.W_, test.support, matching),
             W=fitted.W_.round(3).tolist(),
         )
     return result
@@ -145,7 +144,7 @@ def load_digits():
     """Unit-norm digits, stratified 70/30 split (random_state 0), pixels with training sd ≥ 0.01."""
     from sklearn.model_selection import train_test_split
 
-    from pyro_sparse.image_datasets import load_digits_images
+    from pyro_sparse.data.images import load_digits_images
 
     digits = load_digits_images()
     X_train, X_test, y_train, y_test = train_test_split(
@@ -170,16 +169,17 @@ def fit_digits(model, X, seed, epochs, hyper):
 
 
 def score_digits(fitted, X_train, X_test, y_train, y_test):
-    from pyro_sparse import metrics
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
+
+    from pyro_sparse import evaluation
 
     codes_train, codes_test = fitted.transform(X_train), fitted.transform(X_test)
     classifier = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
     result = {
         "log_likelihood": heldout_log_likelihood(fitted, X_test),
-        "mse_x1000": 1000 * metrics.mse(X_test, fitted.reconstruct(X_test)),
+        "mse_x1000": 1000 * evaluation.mse(X_test, fitted.reconstruct(X_test)),
         "zero_codes": float(np.mean(codes_test == 0)),
         "accuracy": float(classifier.fit(codes_train, y_train).score(codes_test, y_test)),
     }

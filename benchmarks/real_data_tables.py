@@ -91,10 +91,10 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 import pyro_sparse
-from pyro_sparse import metrics
-from pyro_sparse.evaluation import expected_observation
-from pyro_sparse.real_datasets import load_movielens, load_reuters, load_zeisel
-from pyro_sparse.training import TrainingDivergedError
+from pyro_sparse import evaluation
+from pyro_sparse.data.real import load_movielens, load_reuters, load_zeisel
+from pyro_sparse.infer.importance import expected_observation
+from pyro_sparse.infer.loop import TrainingDivergedError
 
 # Table 6 of the paper, per experiment.
 SETTING_NAMES = ("latent_dim", "hidden_dims", "lr", "max_epochs", "batch_size", "lambda0", "lambda1")
@@ -210,7 +210,7 @@ def heldout_nll(fitted, X, num_samples):
     """Mean -log p(x) over the rows of X, or None (with the count) if some estimate is not finite."""
     log_likelihood = fitted.heldout_log_likelihood(X, num_samples=num_samples)
     bad = int((~np.isfinite(log_likelihood)).sum())
-    return (metrics.heldout_nll(log_likelihood) if bad == 0 else None), bad
+    return (evaluation.heldout_nll(log_likelihood) if bad == 0 else None), bad
 
 
 def fold_in_ranking(fitted, X, seed, hide_fraction=0.2, min_items=5):

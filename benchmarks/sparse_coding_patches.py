@@ -47,7 +47,7 @@ Columns
   this column.  "FISTA codes": FISTA (lambda = 20) on the method's dictionary,
   which scores the dictionary alone.
 * % non-zero of the mode codes and of posterior draws.
-* multi-information of the validation mode codes (``metrics.multi_information``:
+* multi-information of the validation mode codes (``evaluation.multi_information``:
   KSG estimate on rank-Gaussianised codes, in nats; the paper's estimator is
   different and its numbers are on another scale).
 * IWAE loss: -mean ``heldout_log_likelihood`` (nats per patch, importance
@@ -55,7 +55,7 @@ Columns
   patches).  The paper's "IWAE loss" is the authors' training loss (per-pixel
   mean squared error + 1e-2 KL), not a log-likelihood, so only the ordering can
   be compared.
-* Jaccard support consistency (Fig. 5, ``metrics.support_jaccard`` over
+* Jaccard support consistency (Fig. 5, ``evaluation.support_jaccard`` over
   ``--jaccard-draws`` posterior draws, atoms with ||a||^2 > 0.1), posterior and
   feature collapse (Table 2; KL of the posterior *base* distribution to the
   prior base per dimension, eps = 1e-2, delta = 5e-2), gradient SNR of the
@@ -100,12 +100,15 @@ import torch  # noqa: E402
 from torch.distributions import Independent, Laplace, Normal, kl_divergence  # noqa: E402
 
 import pyro_sparse  # noqa: E402
-from pyro_sparse import metrics, registry  # noqa: E402
+from pyro_sparse import (
+    evaluation,  # noqa: E402
+    registry,
+)
+from pyro_sparse.baselines.fista import fista, learn_dictionary, sparse_coding_objective  # noqa: E402
+from pyro_sparse.data.patches import whitened_patches  # noqa: E402
 from pyro_sparse.distributions import SpikeAndSlab  # noqa: E402
-from pyro_sparse.elbo import MaxParticleELBO  # noqa: E402
-from pyro_sparse.patches import whitened_patches  # noqa: E402
-from pyro_sparse.sparse_coding import fista, learn_dictionary, sparse_coding_objective  # noqa: E402
-from pyro_sparse.training import TrainingDivergedError  # noqa: E402
+from pyro_sparse.infer.elbo import MaxParticleELBO  # noqa: E402
+from pyro_sparse.infer.loop import TrainingDivergedError  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -301,8 +304,8 @@ def run_fista(args, data, seed, out_dir):
         key=f"fista/seed{seed}", method="fista", label="FISTA (baseline)", seed=seed, J=None, status="ok",
         train_seconds=train_time, val_loss_mode=parts["loss"], val_loss_sample=parts["loss"], val_loss_fista=parts["loss"],
         recon_mode=parts["recon"], l1_mode=parts["l1"], nonzero_mode=parts["nonzero"], nonzero_sample=parts["nonzero"],
-        multi_information=metrics.multi_information(codes, max_samples=args.mi_points, random_state=0),
-        feature_collapse=metrics.feature_collapse(codes),
+        multi_information=evaluation.multi_information(codes, max_samples=args.mi_points, random_state=0),
+        feature_collapse=evaluation.feature_collapse(codes),
         dict_fro=float(np.linalg.norm(A_np)), atoms_used=int(((A_np ** 2).sum(0) > 0.1).sum()),
         mean_atom_norm=float(np.linalg.norm(A_np, axis=0).mean()),
         fista_val_iterations=info.num_iterations, fista_val_converged=bool(info.converged),
@@ -424,11 +427,11 @@ def gradient_snrs(fitted, X, J, reduction, vectorize, draws, max_encoder_params,
     for name, grads in (("encoder", np.stack(enc_grads)), ("dictionary", np.stack(dict_grads))):
         # Exact comparison: a float32 std of identical values can round to > 0.
         varying = (grads != grads[:1]).any(axis=0)
-        out[f"snr_{name}"] = metrics.gradient_snr(grads)
+        out[f"snr_{name}"] = evaluation.gradient_snr(grads)
         # A parameter whose gradient is the same in every draw (e.g. an unused atom, whose only gradient is
         # the deterministic Frobenius term) has SNR = inf, which makes the plain mean inf; this one leaves
         # such parameters out.
-        out[f"snr_{name}_varying"] = metrics.gradient_snr(grads[:, varying]) if varying.any() else float("nan")
+        out[f"snr_{name}_varying"] = evaluation.gradient_snr(grads[:, varying]) if varying.any() else float("nan")
         out[f"snr_{name}_share_constant"] = float(1 - varying.mean())
     return out
 
@@ -486,30 +489,30 @@ def run_variational(args, data, method, J, reduction, straight_through, seed, ve
         mean_atom_norm=float(np.linalg.norm(A, axis=0).mean()),
     )
     rec.update(posterior_stats(fitted, V))
-    rec["multi_information"] = (metrics.multi_information(codes, max_samples=args.mi_points, random_state=0)
+    rec["multi_information"] = (evaluation.multi_information(codes, max_samples=args.mi_points, random_state=0)
                                 if np.any(codes != 0) else float("nan"))
-    rec["multi_information_sample"] = metrics.multi_information(picked, max_samples=args.mi_points, random_state=0)
+    rec["multi_information_sample"] = evaluation.multi_information(picked, max_samples=args.mi_points, random_state=0)
     nv = min(args.iwae_points, V.shape[0])
     rec["iwae_loss"] = float(-np.mean(fitted.heldout_log_likelihood(V[:nv], num_samples=args.iwae_samples)))
     nj = min(args.jaccard_points, V.shape[0])
     jd = fitted.sample_posterior(V[:nj], args.jaccard_draws)
     features = (A ** 2).sum(0) > 0.1
     if features.any():
-        per_point = metrics.support_jaccard(jd, features=features, per_point=True)
+        per_point = evaluation.support_jaccard(jd, features=features, per_point=True)
         rec["jaccard"] = float(per_point.mean())
         rec["jaccard_sd"] = float(per_point.std())
         rec["jaccard_hist"] = np.histogram(per_point, bins=20, range=(0, 1))[0].tolist()
     else:
         rec["jaccard"] = float("nan")
-    rec["jaccard_all_atoms"] = metrics.support_jaccard(jd)
+    rec["jaccard_all_atoms"] = evaluation.support_jaccard(jd)
     if model == "vsc":  # KL to the prior SpikeAndSlab(alpha, 0, 1), spike part included
         kl = kl_per_dim(fitted, V, lambda loc, scale: SpikeAndSlab(torch.full_like(loc, m["alpha"]), loc, scale), 1.0)
     else:
         prior_family = Laplace if m["base"] == "laplace" else Normal
         kl = kl_per_dim(fitted, V, prior_family, kw["prior_scale"])
-    rec["posterior_collapse"] = metrics.posterior_collapse(kl)
-    rec["feature_collapse"] = metrics.feature_collapse(codes)
-    rec["feature_collapse_sample"] = metrics.feature_collapse(picked)
+    rec["posterior_collapse"] = evaluation.posterior_collapse(kl)
+    rec["feature_collapse"] = evaluation.feature_collapse(codes)
+    rec["feature_collapse_sample"] = evaluation.feature_collapse(picked)
     rec["mean_kl_per_dim"] = float(kl.mean())
     if args.snr_draws >= 2:
         try:
@@ -824,8 +827,8 @@ def main(argv=None):
         library_mtimes={
             name: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(os.path.getmtime(importlib.import_module(name).__file__)))
             for name in ("pyro_sparse.models.tvsc", "pyro_sparse.guides.thresholded",
-                         "pyro_sparse.distributions.thresholded", "pyro_sparse.elbo", "pyro_sparse.training",
-                         "pyro_sparse.api", "pyro_sparse.sparse_coding", "pyro_sparse.patches", "pyro_sparse.metrics")
+                         "pyro_sparse.distributions.thresholded", "pyro_sparse.infer.elbo", "pyro_sparse.infer.loop",
+                         "pyro_sparse.api", "pyro_sparse.baselines.fista", "pyro_sparse.data.patches", "pyro_sparse.infer.importance.metrics")
         },
     )
 

@@ -27,7 +27,7 @@ import numpy as np
 
 def synthetic_split(rho, seed, num_train=1000):
     """Training data of Eq. 9 and 1000 fresh heldout points from the same ρ (seed + 10,000)."""
-    from pyro_sparse.datasets import synthetic_sparse_dgm
+    from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 
     return synthetic_sparse_dgm(num_train, rho, seed), synthetic_sparse_dgm(1000, rho, seed + 10_000)
 
@@ -53,7 +53,7 @@ def fit_synthetic(model, X, seed, epochs, hyper):
 
 
 def run(job):
-    from pyro_sparse import metrics
+    from pyro_sparse import evaluation
 
     model, rho, seed, epochs, hyper = job
     train, test = synthetic_split(rho, seed)
@@ -61,16 +61,16 @@ def run(job):
     z = fitted.transform(test.X)
     result = {
         "model": model, "rho": rho, "seed": seed, "hyper": hyper, "seconds": seconds,
-        "mse": metrics.mse(test.X, fitted.reconstruct(test.X)),
-        "nll": metrics.heldout_nll(fitted.heldout_log_likelihood(test.X, num_samples=50)),
-        "dci": metrics.dci_disentanglement(z, test.z),
+        "mse": evaluation.mse(test.X, fitted.reconstruct(test.X)),
+        "nll": evaluation.heldout_nll(fitted.heldout_log_likelihood(test.X, num_samples=50)),
+        "dci": evaluation.dci_disentanglement(z, test.z),
     }
     if "W" in fitted.guide.unconstrained:
-        matching = metrics.match_factors(z, test.z)
+        matching = evaluation.match_factors(z, test.z)
         included = fitted.inclusion_probs_ > 0.5
         result.update(
-            f_score_zeros=metrics.support_f_score(fitted.W_, test.support, matching),
-            f_score_p=metrics.support_f_score(included, test.support, matching),
+            f_score_zeros=evaluation.support_f_score(fitted.W_, test.support, matching),
+            f_score_p=evaluation.support_f_score(included, test.support, matching),
             columns_nonzero=int((np.abs(fitted.W_).sum(0) > 0).sum()),
             columns_included=int(included.any(0).sum()),
             W=fitted.W_.round(3).tolist(),

@@ -6,7 +6,7 @@ images that ship with this machine, all through the public ``pyro_sparse.train``
 
 Protocol (Sec. 4.2, Appendix E), and what is scaled down by default
 -------------------------------------------------------------------
-* Data: the 8x8 scikit-learn digits (``image_datasets.load_digits_images``,
+* Data: the 8x8 scikit-learn digits (``images.load_digits_images``,
   unit-norm rows, stratified 70/30 split: 1,257 train / 540 test images) or,
   with ``--data fashion-mnist``, a random subset of Fashion-MNIST (Debian
   package ``dataset-fashion-mnist``; ``--fashion-train`` / ``--fashion-test``,
@@ -88,7 +88,7 @@ Metrics (test set)
   replaying the model with only its z site set (see :func:`decode`).
 * % non-zero of the codes, latent dimensions used (non-zero in ≥ 1 % of the
   test images), and the multi-information of the codes
-  (``metrics.multi_information``: KSG on rank-Gaussianised codes, nats; like
+  (``evaluation.multi_information``: KSG on rank-Gaussianised codes, nats; like
   every kNN estimate it is biased towards 0 in high K, so compare models at
   the same K rather than across K).
 * NLL: importance-weighted -log p(x) per image (``--iw-samples`` draws;
@@ -124,7 +124,8 @@ from pyro import poutine  # noqa: E402
 from scipy.special import erfcinv  # noqa: E402
 
 import pyro_sparse  # noqa: E402
-from pyro_sparse import image_datasets, metrics  # noqa: E402
+from pyro_sparse import evaluation  # noqa: E402
+from pyro_sparse.data import images
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -184,12 +185,12 @@ def load_data(args):
     if args.data == "digits":
         from sklearn.model_selection import train_test_split
 
-        digits = image_datasets.load_digits_images()
+        digits = images.load_digits_images()
         X_train, X_test = train_test_split(digits.X, test_size=0.3, stratify=digits.y, random_state=0)
     else:
         rng = np.random.default_rng(0)
-        train = image_datasets.load_fashion_mnist("train").X
-        test = image_datasets.load_fashion_mnist("test").X
+        train = images.load_fashion_mnist("train").X
+        test = images.load_fashion_mnist("test").X
         X_train = train[rng.permutation(train.shape[0])[: args.fashion_train]]
         X_test = test[rng.permutation(test.shape[0])[: args.fashion_test]]
     keep = X_train.std(0) >= args.min_feature_sd
@@ -245,7 +246,7 @@ def code_metrics(fitted, X, codes, mean_mse, tag, seed):
         f"rel_mse_{tag}": mse / mean_mse,
         f"nonzero_{tag}": 100 * float(nonzero.mean()),
         f"dims_used_{tag}": int((nonzero.mean(0) >= 0.01).sum()),
-        f"mi_{tag}": metrics.multi_information(codes, random_state=seed),
+        f"mi_{tag}": evaluation.multi_information(codes, random_state=seed),
     }
 
 
@@ -509,7 +510,7 @@ def main(argv=None):
         "docstring. " + setup, "",
         ("Codes are the posterior mode (`transform`, exactly sparse) or one posterior draw; MSE is relative to "
          "predicting the training mean image (1 = the codes carry nothing). Multi-information: "
-         "`metrics.multi_information` (KSG on rank-Gaussianised codes), comparable between models at one K."),
+         "`evaluation.multi_information` (KSG on rank-Gaussianised codes), comparable between models at one K."),
         "",
         ("Reading the columns: the mode is 0 wherever the posterior's P(z ≠ 0) is below ½, so a posterior that is "
          "unsure which coordinates to switch on (0 < P(z ≠ 0) < ½ on many of them) has an almost empty mode "

@@ -90,19 +90,19 @@ def load_data(name, fashion_train, fashion_test, min_feature_sd=0.0):
     whose standard deviation over the training images is at least
     ``min_feature_sd`` (see the module docstring).
     """
-    from pyro_sparse import image_datasets
+    from pyro_sparse.data import images
 
     if name == "digits":
         from sklearn.model_selection import train_test_split
 
-        data = image_datasets.load_digits_images()
+        data = images.load_digits_images()
         X_train, X_test, y_train, y_test = train_test_split(
             data.X, data.y, test_size=0.3, stratify=data.y, random_state=0
         )
     elif name == "fashion-mnist":
         rng = np.random.default_rng(0)
-        train = image_datasets.load_fashion_mnist("train")
-        test = image_datasets.load_fashion_mnist("test")
+        train = images.load_fashion_mnist("train")
+        test = images.load_fashion_mnist("test")
         i = rng.permutation(train.X.shape[0])[:fashion_train]
         j = rng.permutation(test.X.shape[0])[:fashion_test]
         X_train, y_train, X_test, y_test = train.X[i], train.y[i], test.X[j], test.y[j]
@@ -247,7 +247,7 @@ def _run(job):
 
 
 def _run_smiley(job):
-    from pyro_sparse.image_datasets import smiley
+    from pyro_sparse.data.images import smiley
 
     train = smiley(job["smiley_n"], seed=job["seed"])
     test = smiley(job["smiley_test"], seed=10_000 + job["seed"])

@@ -7,8 +7,8 @@ from pyro import poutine
 from torch import nn
 from torch.distributions import transform_to
 
-from pyro_sparse.handlers import data_plate
 from pyro_sparse.nn import ConvEncoder28, FeatureAffine, mlp
+from pyro_sparse.plates import data_plate
 
 
 class AmortizedGuide(nn.Module):

@@ -2,6 +2,7 @@
 
 import pyro.distributions as dist
 import torch.nn.functional as F
+
 from pyro_sparse.guides.amortized import AmortizedGuide
 
 

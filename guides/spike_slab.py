@@ -2,9 +2,9 @@
 
 import torch
 import torch.nn.functional as F
-from pyro_sparse.guides.amortized import AmortizedGuide
 
 from pyro_sparse.distributions import SpikeAndSlab
+from pyro_sparse.guides.amortized import AmortizedGuide
 
 
 class SpikeSlabGuide(AmortizedGuide):

@@ -4,9 +4,9 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
-from pyro_sparse.guides.amortized import AmortizedGuide
 
 from pyro_sparse.distributions.thresholded import code_distribution
+from pyro_sparse.guides.amortized import AmortizedGuide
 
 
 class ThresholdedGuide(AmortizedGuide):

@@ -9,16 +9,17 @@ import torch
 from torch import nn
 from torch.distributions import constraints
 
-from pyro_sparse.handlers import data_plate
-from pyro_sparse.likelihoods import (
-    check_likelihood,
+from pyro_sparse.distributions.likelihoods import check_likelihood, observation
+from pyro_sparse.nn import Decoder, FeatureAffine
+from pyro_sparse.plates import data_plate
+from pyro_sparse.priors import (
+    DEFAULT_NOISE_NU,
+    GroupLassoPrior,
+    NormalPrior,
+    calibrated_noise_xi,
     initial_noise_variance,
-    observation,
     sample_noise_variance,
 )
-from pyro_sparse.latent_priors import NormalPrior
-from pyro_sparse.nn import Decoder, FeatureAffine
-from pyro_sparse.priors import GroupLassoPrior
 
 
 def _stacked_linear(num_groups, in_dim, out_dim):
@@ -133,7 +134,7 @@ class OIVAE(nn.Module):
         group_input_dim=5,
         groups=None,
         beta=1.0,
-        noise_nu=3.0,
+        noise_nu=DEFAULT_NOISE_NU,
         noise_xi=1.0,
         latent_prior=None,
     ):
@@ -164,6 +165,13 @@ class OIVAE(nn.Module):
     # W is a global site: a vectorised particle dim on it would not fit the
     # generators, so particles are drawn one pass at a time.
     vectorized_particles = False
+
+    @classmethod
+    def data_defaults(cls, summary, likelihood, hyper):
+        """Hyperparameters calibrated from the training data: ξ of the σ² prior (Appendix C.2)."""
+        if likelihood != "gaussian":
+            return hyper
+        return calibrated_noise_xi(hyper, summary.feature_variances)
 
     def guide_options(self):
         """What the guide must share with this model: the z site's scale."""

@@ -1,22 +1,28 @@
 """The sparse VAE / sparse deep generative model of Moran, Sridhar, Wang & Blei (TMLR 2022)."""
 
+import warnings
+
 import pyro
 import torch
 from pyro import poutine
 from torch import nn
 from torch.distributions import constraints
 
-from pyro_sparse.handlers import data_plate
-from pyro_sparse.latent_priors import NormalPrior
-from pyro_sparse.likelihoods import (
+from pyro_sparse.distributions.likelihoods import (
     check_feature_subsample_size,
     check_likelihood,
-    initial_noise_variance,
     observation,
-    sample_noise_variance,
 )
 from pyro_sparse.nn import MaskedDecoder
-from pyro_sparse.priors import SpikeSlabLassoPrior
+from pyro_sparse.plates import data_plate
+from pyro_sparse.priors import (
+    DEFAULT_NOISE_NU,
+    NormalPrior,
+    SpikeSlabLassoPrior,
+    calibrated_noise_xi,
+    initial_noise_variance,
+    sample_noise_variance,
+)
 
 
 class SparseDGM(nn.Module):
@@ -47,7 +53,7 @@ class SparseDGM(nn.Module):
         ``lambda0 == lambda1``: a Lasso prior, E[γ] carries no information,
         and the support is read from the exact zeros of W.
     :param latent_prior: the prior of z, a
-        :class:`~pyro_sparse.latent_priors.LatentPrior`; ``None`` for N(0, I_K)
+        :class:`~pyro_sparse.priors.LatentPrior`; ``None`` for N(0, I_K)
         (Eq. 59; ``train`` builds others from a name, e.g. ``"spike_slab"``
         for codes sparse as well as the mapping).
     :param float beta: weight of the KL term of z (1 is the paper's ELBO).  The
@@ -63,25 +69,13 @@ class SparseDGM(nn.Module):
         its gradients at about |S|/G of the decoder's cost (the σ² and W
         priors stay global and unscaled).  Evaluation (``model.eval()``) uses
         all features.  Not for the multinomial likelihood, whose softmax
-        normaliser couples all features.  The decoder sees each feature on
-        |S|/G of the steps, so it learns to use z more slowly per step, and a
-        short KL warm-up (``train(kl_warmup_epochs=...)``) lets the codes
-        collapse onto the prior first (G = 1000, |S| = 100, 1 epoch: 3 of 50
-        codes active).  Too small an |S| stalls (G = 1000, Bernoulli, |S| =
-        250 from the start: 33 nats below the same run with a full start after
-        15 epochs) unless the first epochs use every feature (next parameter).
-    :param float feature_subsample_start_epoch: train on every feature for
-        this many epochs, then subsample (the training loop calls
-        :meth:`schedule` before each step).  The full-feature epochs let the
-        decoder use the codes that a subsampled start can collapse; make them
-        outlast the KL warm-up: the codes are pruned just after it, and a code
-        the decoder drops rarely comes back (once its column of W is exactly
-        zero, W's likelihood gradient there averages to zero and the encoder's
-        only gradient for it is the KL's).  G = 1000, |S| = 250
-        (``benchmarks/time_to_quality.py``): Gaussian, 2 full epochs, the
-        converged VAE's heldout likelihood in 1.4× the VAE's time; Bernoulli,
-        8-epoch warm-up: 2 full epochs lost a code and ended 2 nats below the
-        converged VAE; 12 full epochs reached it in 2.9× and 8.0× (two seeds).
+        normaliser couples all features.
+    :param float feature_subsample_start_epoch: decode every feature for this
+        many epochs, then subsample (the training loop calls :meth:`schedule`
+        before each step).  Make it outlast the KL warm-up: the codes are
+        pruned just after it, and a code the sparse decoder drops then rarely
+        comes back (once its column of W is exactly zero, W's likelihood
+        gradient there averages to zero).  Measured: docs, "Sparse VAE at scale".
     """
 
     def __init__(
@@ -93,7 +87,7 @@ class SparseDGM(nn.Module):
         mask_prior=None,
         latent_prior=None,
         beta=1.0,
-        noise_nu=3.0,
+        noise_nu=DEFAULT_NOISE_NU,
         noise_xi=1.0,
         memory_budget_bytes=2**30,
         feature_subsample_size=None,
@@ -132,6 +126,13 @@ class SparseDGM(nn.Module):
     # the masked decoder, so particles are drawn one pass at a time.
     vectorized_particles = False
 
+    @classmethod
+    def data_defaults(cls, summary, likelihood, hyper):
+        """Hyperparameters calibrated from the training data: ξ of the σ² prior (Appendix C.2)."""
+        if likelihood != "gaussian":
+            return hyper
+        return calibrated_noise_xi(hyper, summary.feature_variances)
+
     def guide_options(self):
         """What the guide must share with this model: the z site's scale."""
         return {"kl_weight": self.beta}
@@ -159,6 +160,16 @@ class SparseDGM(nn.Module):
             # random subsets S the expectation is the sum over all G features.
             with poutine.scale(scale=self.num_features / x.shape[-1]):
                 pyro.sample("x", observation(self.likelihood, output, noise_variance), obs=x)
+
+    def check_schedule(self, kl_warmup_epochs):
+        """Warn, before training, when feature subsampling starts before the KL warm-up ends."""
+        if self.feature_subsample_size is not None and self.feature_subsample_start_epoch < kl_warmup_epochs:
+            warnings.warn(
+                f"feature subsampling starts at epoch {self.feature_subsample_start_epoch:g}, before the KL warm-up "
+                f"ends (epoch {kl_warmup_epochs:g}): codes the sparse decoder drops as they are pruned rarely come "
+                "back; set feature_subsample_start_epoch at or after kl_warmup_epochs (a few epochs after is safer)",
+                stacklevel=5,
+            )
 
     def schedule(self, epoch, iteration):
         """Called by the training loop before each step with the fractional epoch."""

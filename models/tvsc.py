@@ -3,11 +3,10 @@
 import pyro
 from torch import nn
 
-from pyro_sparse.dictionary import LinearGenerator
-from pyro_sparse.handlers import data_plate
-from pyro_sparse.latent_priors import ThresholdedLaplacePrior
-from pyro_sparse.likelihoods import check_likelihood, observation
+from pyro_sparse.distributions.likelihoods import check_likelihood, observation
 from pyro_sparse.nn import ConvDecoder28, DenseDecoder
+from pyro_sparse.plates import data_plate
+from pyro_sparse.priors import LinearGenerator, ThresholdedLaplacePrior, fixed_noise_variance
 
 
 class TVSC(nn.Module):
@@ -79,6 +78,11 @@ class TVSC(nn.Module):
             self.linear_generator = LinearGenerator(num_features, latent_dim, dictionary_penalty)
         self.site_priors = nn.ModuleDict()
         self.latent_prior = ThresholdedLaplacePrior(latent_dim) if latent_prior is None else latent_prior
+
+    @classmethod
+    def data_defaults(cls, summary, likelihood, hyper):
+        """Hyperparameters calibrated from the training data: σ² of the linear and conv generators."""
+        return fixed_noise_variance(hyper, summary.feature_variances)
 
     def guide_options(self):
         """What the guide must share with this model: the code KL's weight and the encoder's kind."""

@@ -3,15 +3,16 @@
 import pyro
 from torch import nn
 
-from pyro_sparse.handlers import data_plate
-from pyro_sparse.likelihoods import (
-    check_likelihood,
+from pyro_sparse.distributions.likelihoods import check_likelihood, observation
+from pyro_sparse.nn import DenseDecoder, HeteroscedasticDecoder
+from pyro_sparse.plates import data_plate
+from pyro_sparse.priors import (
+    DEFAULT_NOISE_NU,
+    NormalPrior,
+    calibrated_noise_xi,
     initial_noise_variance,
-    observation,
     sample_noise_variance,
 )
-from pyro_sparse.latent_priors import NormalPrior
-from pyro_sparse.nn import DenseDecoder, HeteroscedasticDecoder
 
 
 class VAE(nn.Module):
@@ -36,7 +37,7 @@ class VAE(nn.Module):
         hidden_dims=(50, 50, 50),
         beta=1.0,
         noise="global",
-        noise_nu=3.0,
+        noise_nu=DEFAULT_NOISE_NU,
         noise_xi=1.0,
         min_noise_variance=1e-3,
         latent_prior=None,
@@ -58,6 +59,13 @@ class VAE(nn.Module):
             self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
         self.site_priors = nn.ModuleDict()
         self.latent_prior = NormalPrior(latent_dim) if latent_prior is None else latent_prior
+
+    @classmethod
+    def data_defaults(cls, summary, likelihood, hyper):
+        """Hyperparameters calibrated from the training data: ξ of the σ² prior (Appendix C.2)."""
+        if likelihood != "gaussian" or hyper.get("noise", "global") != "global":
+            return hyper
+        return calibrated_noise_xi(hyper, summary.feature_variances)
 
     def guide_options(self):
         """What the guide must share with this model: the z site's scale."""

@@ -2,6 +2,6 @@
 
 import sys
 
-from pyro_sparse.cli import main
+from pyro_sparse.interop.cli import main
 
 sys.exit(main())

@@ -153,7 +153,7 @@ def test_backed_anndata_asks_to_be_loaded(adata, tmp_path):
 def test_the_command_line_reads_h5ad_files_and_their_layers(adata, tmp_path, capsys):
     import json
 
-    from pyro_sparse.cli import main
+    from pyro_sparse.interop.cli import main
 
     path = tmp_path / "cells.h5ad"
     adata.write_h5ad(path)

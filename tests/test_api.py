@@ -10,8 +10,8 @@ import torch
 
 import pyro_sparse
 from pyro_sparse.data import DataError
-from pyro_sparse.datasets import synthetic_sparse_dgm
-from pyro_sparse.serialization import ModelFileError
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
+from pyro_sparse.io.serialization import ModelFileError
 
 QUICK = dict(latent_dim=3, max_epochs=2, batch_size=50, progress=False, hidden_dims=(8, 8))
 
@@ -229,7 +229,7 @@ def test_tiny_validation_fraction_keeps_one_point(data):
 
 
 def test_divergence_stops_with_a_clear_error(data, monkeypatch):
-    from pyro_sparse.training import TrainingDivergedError
+    from pyro_sparse.infer.loop import TrainingDivergedError
 
     original = torch.optim.Adam.step
 

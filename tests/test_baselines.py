@@ -11,14 +11,14 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 import pyro_sparse
-from pyro_sparse import metrics
+from pyro_sparse import evaluation
+from pyro_sparse.baselines.nmf import FittedNMF
 from pyro_sparse.data import DataError
-from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 from pyro_sparse.distributions import GroupLasso
+from pyro_sparse.io.serialization import ModelFileError
 from pyro_sparse.models.oi_vae import GroupGenerators
-from pyro_sparse.nmf import FittedNMF
 from pyro_sparse.priors import GroupLassoPrior, HorseshoePrior, group_soft_threshold
-from pyro_sparse.serialization import ModelFileError
 
 
 def norms_of_columns(W):
@@ -28,7 +28,7 @@ def norms_of_columns(W):
 
 def support_auc(W, data, codes):
     """AUC of |W| as a score for the true support, columns matched to the true factors (0.5 is chance)."""
-    matching = metrics.match_factors(codes, data.z)
+    matching = evaluation.match_factors(codes, data.z)
     truth = np.zeros(W.shape, dtype=bool)
     truth[:, matching] = data.support
     return roc_auc_score(truth.ravel(), np.abs(W).ravel())
@@ -273,7 +273,7 @@ def fit_mask(synthetic, **hyperparameters):
 def off_to_on_support(fitted, synthetic):
     """Mean |w| off the true support over mean |w| on it (columns matched to the true factors)."""
     W = np.abs(fitted.W_)
-    matching = metrics.match_factors(fitted.transform(synthetic.X), synthetic.z)
+    matching = evaluation.match_factors(fitted.transform(synthetic.X), synthetic.z)
     truth = np.zeros(W.shape, dtype=bool)
     truth[:, matching] = synthetic.support
     return W[~truth].mean() / W[truth].mean()
@@ -298,7 +298,7 @@ def test_horseshoe_training_shrinks_irrelevant_entries(synthetic, slab_ablation)
     assert off_to_on_support(fitted, synthetic) < 0.6 * off_to_on_support(slab_ablation, synthetic), fitted.W_
     assert support_auc(fitted.W_, synthetic, fitted.transform(synthetic.X)) > 0.9, fitted.W_
     # ... at no cost in fit (both ~1.85 after these 60 short epochs).
-    mse = {name: metrics.mse(synthetic.X, f.reconstruct(synthetic.X)) for name, f in [("hs", fitted), ("slab", slab_ablation)]}
+    mse = {name: evaluation.mse(synthetic.X, f.reconstruct(synthetic.X)) for name, f in [("hs", fitted), ("slab", slab_ablation)]}
     assert mse["hs"] < 1.2 * mse["slab"], mse
     with pytest.raises(AttributeError):
         _ = fitted.eta_  # the horseshoe has no η

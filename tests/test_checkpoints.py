@@ -14,10 +14,11 @@ import pytest
 import torch
 
 import pyro_sparse
-from pyro_sparse import checkpoints, serialization, training
-from pyro_sparse.checkpoints import CheckpointError
-from pyro_sparse.datasets import synthetic_sparse_dgm
-from pyro_sparse.training import TrainingDivergedError
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
+from pyro_sparse.infer import checkpoints, loop
+from pyro_sparse.infer.checkpoints import CheckpointError
+from pyro_sparse.infer.loop import TrainingDivergedError
+from pyro_sparse.io import serialization
 
 # 200 points in batches of 50: 4 steps per epoch.  The KL warm-up is given
 # explicitly because its default depends on max_epochs.
@@ -131,7 +132,7 @@ CHILD = """
 import json, os, sys, time
 import torch
 import pyro_sparse
-from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 
 torch.set_num_threads(1)
 checkpoint, marker, settings = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -271,13 +272,13 @@ def test_nan_parameter_stops_at_that_step_with_the_last_good_model_saved(X, tmp_
 
 @pytest.mark.filterwarnings("ignore:Encountered NaN")
 def test_nan_loss_stops_at_that_step(X, monkeypatch):
-    original, calls = training.scale_local_latents, [0]
+    original, calls = loop.scale_local_latents, [0]
 
     def nan_kl_weight(factor):
         calls[0] += 1
         return original(float("nan") if calls[0] == 3 else factor)
 
-    monkeypatch.setattr(training, "scale_local_latents", nan_kl_weight)
+    monkeypatch.setattr(loop, "scale_local_latents", nan_kl_weight)
     with pytest.raises(TrainingDivergedError, match="epoch 0, step 2: the loss became NaN/inf"):
         pyro_sparse.train("vae", X, max_epochs=2, **TINY)
 
@@ -337,7 +338,7 @@ def test_rollback_gives_up_after_max_rollbacks(X, monkeypatch):
 
 
 def test_a_checkpoint_of_a_run_on_another_number_of_processes_is_refused(X, tmp_path):
-    from pyro_sparse import checkpoints
+    from pyro_sparse.infer import checkpoints
 
     path = tmp_path / "run.ckpt"
     pyro_sparse.train("ssl_dgm", X, max_epochs=1, checkpoint_path=path, **TINY)

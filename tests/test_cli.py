@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pyro_sparse.cli import main
+from pyro_sparse.interop.cli import main
 
 QUICK = ["--epochs", "2", "--latent-dim", "3", "--hidden-dims", "8,8", "--quiet"]
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pyro_sparse.datasets import synthetic_sparse_codes, synthetic_sparse_dgm
+from pyro_sparse.data.synthetic import synthetic_sparse_codes, synthetic_sparse_dgm
 
 N, ACTIVE_PROB, RHO, NOISE_VARIANCE = 20_000, 0.3, 0.5, 0.5
 

@@ -17,8 +17,8 @@ with warnings.catch_warnings():
     import arviz as az
     import xarray as xr
 
-    from pyro_sparse import diagnostics
-    from pyro_sparse.diagnostics import (
+    from pyro_sparse.evaluation import diagnostics
+    from pyro_sparse.evaluation.diagnostics import (
         ARVIZ_DATATREE,
         pareto_khat,
         predictive_checks,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import pyro_sparse
-from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 
 # 200 points in global batches of 33 (17 + 16 rows on the two ranks, the last
 # batch 1 + 1): 7 steps per epoch, 2 epochs.
@@ -20,8 +20,8 @@ WORKER = textwrap.dedent(
     import os, sys, warnings
     import torch
     import pyro_sparse
-    from pyro_sparse import distributed
-    from pyro_sparse.datasets import synthetic_sparse_dgm
+    from pyro_sparse.infer import distributed
+    from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 
     torch.set_num_threads(1)
     out, noise = sys.argv[1], sys.argv[2]

@@ -9,9 +9,10 @@ from torch import nn
 
 from pyro_sparse import registry
 from pyro_sparse.data import DataSummary
-from pyro_sparse.elbo import MaxParticleELBO
-from pyro_sparse.handlers import data_plate, scale_local_latents
-from pyro_sparse.training import fit
+from pyro_sparse.infer.elbo import MaxParticleELBO
+from pyro_sparse.infer.handlers import scale_local_latents
+from pyro_sparse.infer.loop import fit
+from pyro_sparse.plates import data_plate
 
 NUM_DATA = 10  # the plate's size; batches are smaller, so sites carry the scale N / B
 NOISE = 0.5

@@ -24,8 +24,15 @@ from sklearn.utils.estimator_checks import (
 
 import pyro_sparse
 from pyro_sparse import registry
-from pyro_sparse.datasets import synthetic_sparse_dgm
-from pyro_sparse.estimators import OIVAE, VAE, VSC, SparseVAE, SVIEstimator, ThresholdedVSC
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
+from pyro_sparse.interop.sklearn import (
+    OIVAE,
+    VAE,
+    VSC,
+    SparseVAE,
+    SVIEstimator,
+    ThresholdedVSC,
+)
 
 ESTIMATORS = [SparseVAE, VAE, VSC, ThresholdedVSC, OIVAE]
 QUICK = {"latent_dim": 2, "hidden_dims": (8,), "max_epochs": 2, "batch_size": 50, "device": "cpu"}

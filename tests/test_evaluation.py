@@ -9,12 +9,13 @@ import torch
 from pyro import poutine
 from pyro.infer import TraceMeanField_ELBO
 
-from pyro_sparse.evaluation import (
+from pyro_sparse.infer.handlers import scale_local_latents
+from pyro_sparse.infer.importance import (
     expected_observation,
     importance_log_likelihood,
     log_importance_weights,
 )
-from pyro_sparse.handlers import data_plate, scale_local_latents
+from pyro_sparse.plates import data_plate
 
 
 def model(x, num_data=None):

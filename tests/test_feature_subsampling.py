@@ -9,8 +9,8 @@ import torch
 from pyro import poutine
 
 import pyro_sparse
-from pyro_sparse import metrics
-from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse import evaluation
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 from pyro_sparse.models import SparseDGM
 
 NUM_FEATURES, SUBSET, LATENT, BATCH = 12, 3, 3, 6
@@ -165,8 +165,8 @@ def fit_synthetic(feature_subsample_size, max_epochs):
         progress=False, feature_subsample_size=feature_subsample_size,
     )
     z = fitted.transform(test.X)
-    matching = metrics.match_factors(z, test.z)
-    score = metrics.support_f_score(fitted.inclusion_probs_ > 0.5, test.support, matching)
+    matching = evaluation.match_factors(z, test.z)
+    score = evaluation.support_f_score(fitted.inclusion_probs_ > 0.5, test.support, matching)
     return fitted, test, score
 
 

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from pyro_sparse import image_datasets as imd
-from pyro_sparse.image_datasets import (
+from pyro_sparse.data import images as imd
+from pyro_sparse.data.images import (
     SMILEY_ATTRIBUTE_NAMES,
     SMILEY_MEANS,
     SMILEY_STDS,

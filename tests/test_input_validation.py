@@ -28,13 +28,19 @@ from hypothesis.extra import numpy as hnp
 import pyro_sparse
 import pyro_sparse.guides
 import pyro_sparse.models
-from pyro_sparse import nn as sparse_nn
-from pyro_sparse import training
-from pyro_sparse.cli import main
-from pyro_sparse.data import DataError, DataSummary, as_matrix, check_training_data, check_values
-from pyro_sparse.datasets import synthetic_sparse_dgm
-from pyro_sparse.estimators import OIVAE, VAE, VSC, SparseVAE, ThresholdedVSC
-from pyro_sparse.image_datasets import load_digits_images, smiley
+import pyro_sparse.nn.masked as sparse_nn
+from pyro_sparse.data import (
+    DataError,
+    DataSummary,
+    as_matrix,
+    check_training_data,
+    check_values,
+)
+from pyro_sparse.data.images import load_digits_images, smiley
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
+from pyro_sparse.infer import loop
+from pyro_sparse.interop.cli import main
+from pyro_sparse.interop.sklearn import OIVAE, VAE, VSC, SparseVAE, ThresholdedVSC
 from pyro_sparse.nn import DecoderMemoryError, MaskedDecoder
 
 # Derandomized, so CI sees the same examples on every run; no example database.
@@ -384,7 +390,7 @@ def test_command_line_names_bad_files(tmp_path, capsys, name, write, message):
 
 
 def test_command_line_checks_the_output_folder_before_training(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("pyro_sparse.cli.train", lambda *args, **kwargs: pytest.fail("trained before checking --out"))
+    monkeypatch.setattr("pyro_sparse.interop.cli.train", lambda *args, **kwargs: pytest.fail("trained before checking --out"))
     (tmp_path / "a-file").write_text("")
     assert main(["train", "--n", "50", "--out", str(tmp_path / "a-file"), *CLI]) == 2
     assert "a-file" in capsys.readouterr().err
@@ -496,7 +502,7 @@ def test_long_training_does_not_grow_memory(monkeypatch):
     """RSS at the start of each epoch stays flat after warm-up (a graph kept per step grows it ~0.16 MB/epoch)."""
     page = os.sysconf("SC_PAGE_SIZE")
     resident = []
-    epoch_batches = training.minibatches
+    epoch_batches = loop.minibatches
 
     def recording(matrix, batch_size, generator=None, device="cpu", shuffle=True):
         if shuffle:  # the training pass, once per epoch
@@ -504,7 +510,7 @@ def test_long_training_does_not_grow_memory(monkeypatch):
                 resident.append(int(stream.read().split()[1]) * page)
         return epoch_batches(matrix, batch_size, generator, device, shuffle)
 
-    monkeypatch.setattr(training, "minibatches", recording)
+    monkeypatch.setattr(loop, "minibatches", recording)
     X = np.random.default_rng(0).normal(size=(128, 8)).astype(np.float32)
     pyro_sparse.train("ssl_dgm", X, latent_dim=3, hidden_dims=(64, 64), batch_size=64, max_epochs=200,
                       progress=False, device="cpu")

@@ -20,10 +20,15 @@ from torch.distributions.utils import broadcast_all
 import pyro_sparse
 from pyro_sparse import registry
 from pyro_sparse.data import DataSummary
-from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 from pyro_sparse.guides import AmortizedNormalGuide, SpikeSlabGuide, ThresholdedGuide
-from pyro_sparse.latent_priors import DistributionPrior, NormalPrior, SpikeSlabPrior, ThresholdedLaplacePrior
-from pyro_sparse.priors import DistributionSitePrior
+from pyro_sparse.priors import (
+    DistributionPrior,
+    DistributionSitePrior,
+    NormalPrior,
+    SpikeSlabPrior,
+    ThresholdedLaplacePrior,
+)
 
 QUICK = {"latent_dim": 3, "hidden_dims": (8,), "max_epochs": 2, "batch_size": 50, "progress": False, "device": "cpu"}
 TUTORIAL = Path(__file__).parents[1] / "benchmarks" / "custom_prior_tutorial.py"

@@ -1,10 +1,11 @@
 import numpy as np
 import pytest
 
-from pyro_sparse import metrics
-from pyro_sparse.metrics import (
+from pyro_sparse import evaluation
+from pyro_sparse.evaluation import (
     dci_disentanglement,
     dci_from_importance,
+    disentanglement,
     heldout_nll,
     importance_matrix,
     match_factors,
@@ -80,8 +81,8 @@ def test_dci_rejects_negative_importance():
 
 
 def test_dci_disentanglement_uses_importance_matrix(monkeypatch):
-    monkeypatch.setattr(metrics, "importance_matrix", lambda *a, **k: np.array([[1.0, 0.0], [1.0, 1.0]]))
-    assert metrics.dci_disentanglement(np.zeros((5, 2)), np.zeros((5, 2))) == pytest.approx(1.0 / 3.0)
+    monkeypatch.setattr(disentanglement, "importance_matrix", lambda *a, **k: np.array([[1.0, 0.0], [1.0, 1.0]]))
+    assert evaluation.dci_disentanglement(np.zeros((5, 2)), np.zeros((5, 2))) == pytest.approx(1.0 / 3.0)
 
 
 # ------------------------------------------------------- DCI from real codes
@@ -123,12 +124,12 @@ def test_importance_matrix_shape_and_columns(z_true):
 def test_importance_matrix_subsamples_large_n_reproducibly(monkeypatch):
     fitted_rows = []
 
-    class Recording(metrics.GradientBoostingRegressor):
+    class Recording(disentanglement.GradientBoostingRegressor):
         def fit(self, X, y, **kwargs):
             fitted_rows.append(X.shape[0])
             return super().fit(X, y, **kwargs)
 
-    monkeypatch.setattr(metrics, "GradientBoostingRegressor", Recording)
+    monkeypatch.setattr(disentanglement, "GradientBoostingRegressor", Recording)
     rng = np.random.default_rng(3)
     z_true = rng.normal(size=(5000, 2))
     z_est = np.column_stack([z_true[:, 1], z_true[:, 0] ** 3])

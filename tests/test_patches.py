@@ -5,8 +5,8 @@ import sys
 import numpy as np
 import pytest
 
-from pyro_sparse import patches as P
-from pyro_sparse.patches import (
+from pyro_sparse.data import patches as P
+from pyro_sparse.data.patches import (
     PatchData,
     load_natural_images,
     radial_power_spectrum,

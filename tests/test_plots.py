@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import pyro_sparse  # noqa: E402
-from pyro_sparse import plots  # noqa: E402
+from pyro_sparse.interop import plots  # noqa: E402
 
 QUICK = dict(max_epochs=1, batch_size=50, progress=False, hidden_dims=(16,))
 
@@ -112,7 +112,7 @@ def test_sparsity_histograms_count_non_zero_codes():
 
 
 def test_command_line_writes_sparsity_and_traversal_figures(tmp_path, capsys):
-    from pyro_sparse.cli import main
+    from pyro_sparse.interop.cli import main
 
     X = np.random.default_rng(0).normal(size=(60, 24))
     np.save(tmp_path / "images.npy", X)

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import pyro_sparse
-from pyro_sparse.checkpoints import CheckpointError
-from pyro_sparse.cli import main
-from pyro_sparse.datasets import synthetic_sparse_dgm
-from pyro_sparse.estimators import SparseVAE
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
+from pyro_sparse.infer.checkpoints import CheckpointError
+from pyro_sparse.interop.cli import main
+from pyro_sparse.interop.sklearn import SparseVAE
 from pyro_sparse.nn import (
     ConvDecoder28,
     DenseDecoder,

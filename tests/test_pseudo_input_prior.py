@@ -6,8 +6,8 @@ import torch
 from torch.distributions import kl_divergence
 
 import pyro_sparse
+from pyro_sparse.data.images import load_digits_images
 from pyro_sparse.distributions import SelectedSpikeAndSlab, SpikeAndSlab
-from pyro_sparse.image_datasets import load_digits_images
 
 
 def posterior(batch=6, latent=4, seed=0):

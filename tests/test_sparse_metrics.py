@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from pyro_sparse import metrics
-from pyro_sparse.metrics import (
+from pyro_sparse.evaluation import (
     feature_collapse,
     gradient_snr,
     multi_information,
     posterior_collapse,
+    support,
     support_jaccard,
 )
 
@@ -260,7 +260,7 @@ def test_jaccard_matches_brute_force_across_chunks(monkeypatch):
 
     expected = [brute(i) for i in range(30)]
     # A tiny chunk forces several batched blocks, covering the chunk seams.
-    monkeypatch.setattr(metrics, "_JACCARD_CHUNK_ENTRIES", 7 * 16)
+    monkeypatch.setattr(support, "_JACCARD_CHUNK_ENTRIES", 7 * 16)
     assert support_jaccard(draws, per_point=True) == pytest.approx(expected)
 
 

@@ -5,10 +5,10 @@ import pyro
 import pytest
 import torch
 from pyro import poutine
-from pyro_sparse.guides import ThresholdedGuide
 
 import pyro_sparse
-from pyro_sparse.image_datasets import load_digits_images
+from pyro_sparse.data.images import load_digits_images
+from pyro_sparse.guides import ThresholdedGuide
 
 QUICK = dict(latent_dim=8, max_epochs=3, batch_size=100, lr=1e-3, hidden_dims=(32,), progress=False)
 

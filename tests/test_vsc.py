@@ -5,11 +5,11 @@ import pyro
 import pytest
 import torch
 from pyro import poutine
-from pyro_sparse.guides import SpikeSlabGuide
 
 import pyro_sparse
+from pyro_sparse.data.images import load_digits_images
 from pyro_sparse.distributions import SpikeAndSlab
-from pyro_sparse.image_datasets import load_digits_images
+from pyro_sparse.guides import SpikeSlabGuide
 
 QUICK = dict(latent_dim=8, max_epochs=3, batch_size=100, lr=1e-3, hidden_dims=(32,), progress=False)
 
@@ -304,7 +304,7 @@ def test_bad_linear_vsc_settings_are_named():
 
 
 def test_linear_generator_products_and_bad_shapes():
-    from pyro_sparse.dictionary import LinearGenerator
+    from pyro_sparse.priors import LinearGenerator
 
     generator = LinearGenerator(7, 4, penalty=0.1)
     (init, _), = generator.point_estimate_sites().values()

@@ -18,7 +18,10 @@ class GroupLasso(TorchDistribution):
     so ``-log p`` is :math:`\lambda \lVert w \rVert_2` plus a constant (the
     prior behind the oi-VAE penalty of Ainsworth et al. 2018).  The radius
     ‖w‖ is Gamma(d, λ) and the direction uniform on the sphere; for d = 1 this
-    is the Laplace(0, 1/λ) density.
+    is the Laplace(0, 1/λ) density. Since E‖w‖ = d/λ the (differential)
+    entropy is d - log C, C the normaliser above. A multivariate law, it has no
+    ``cdf``; its shapes depend on the integer ``dim``, not on a tensor shape,
+    so ``infer_shapes`` is not available either.
 
     :param torch.Tensor rate: λ > 0.
     :param int dim: d, the size of a group (the event shape is ``(dim,)``).
@@ -53,14 +56,18 @@ class GroupLasso(TorchDistribution):
         # E‖w‖² = d(d+1)/λ², shared equally by the d coordinates.
         return ((self.dim + 1) / self.rate**2).unsqueeze(-1).expand(self.batch_shape + self.event_shape)
 
+    def _log_normalizer(self):
+        d = self.dim
+        return d * torch.log(self.rate) + math.lgamma(d / 2) - math.log(2) - (d / 2) * math.log(math.pi) - math.lgamma(d)
+
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        d = self.dim
-        log_normalizer = (
-            d * torch.log(self.rate) + math.lgamma(d / 2) - math.log(2) - (d / 2) * math.log(math.pi) - math.lgamma(d)
-        )
-        return log_normalizer - self.rate * torch.linalg.vector_norm(value, dim=-1)
+        return self._log_normalizer() - self.rate * torch.linalg.vector_norm(value, dim=-1)
+
+    def entropy(self):
+        # -E log p = -log C + λ E‖w‖, and E‖w‖ = d/λ for the Gamma(d, λ) radius.
+        return self.dim - self._log_normalizer()
 
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)

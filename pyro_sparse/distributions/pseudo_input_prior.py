@@ -26,6 +26,9 @@ class SelectedSpikeAndSlab(TorchDistribution):
     by convexity the weighted KL bounds the KL to that mixture from above, so
     the ELBO stays a lower bound of log p(x) under it.
 
+    :attr:`mean` and :attr:`variance` are the mixture's, in closed form; the
+    entropy of the mixture has no closed form and is not provided.
+
     :param torch.Tensor weights: selection weights, shape ``(..., P)``, ≥ 0.
     :param SpikeAndSlab components: batch shape ``(P, K)``.
     """
@@ -54,9 +57,24 @@ class SelectedSpikeAndSlab(TorchDistribution):
         return new
 
     def log_prob(self, value):
+        # Validated here, since the broadcasting below would hide a wrong
+        # shape: a (..., 1) value would be scored against all K coordinates.
+        if self._validate_args:
+            self._validate_sample(value)
         # (..., 1, K) against (P, K): log density of each component, summed over k.
         per_component = self.components.log_prob(value.unsqueeze(-2)).sum(-1)
         return torch.logsumexp(per_component + self.mixture_weights.log(), dim=-1)
+
+    @property
+    def mean(self):
+        # Σ_p π_p γ_pk μ_pk: (..., P, 1) weights against the (P, K) component means.
+        return (self.mixture_weights.unsqueeze(-1) * self.components.mean).sum(-2)
+
+    @property
+    def variance(self):
+        # E[z_k²] = Σ_p π_p (Var_pk + mean_pk²), minus the squared mixture mean.
+        second_moment = self.components.variance + self.components.mean**2
+        return (self.mixture_weights.unsqueeze(-1) * second_moment).sum(-2) - self.mean**2
 
     def sample(self, sample_shape=torch.Size()):
         with torch.no_grad():

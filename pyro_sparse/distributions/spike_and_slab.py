@@ -13,6 +13,41 @@ from torch.distributions.utils import (
 from torch.nn.functional import softplus
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
+_SQRT_HALF = math.sqrt(0.5)
+
+
+def ndtr(x):
+    """
+    The standard normal CDF as erfc(-x/√2)/2, accurate in the lower tail
+    (torch.special.ndtr rounds Φ(-11) ≈ 2e-28 to 0 in float64).
+    """
+    return 0.5 * torch.special.erfc(-x * _SQRT_HALF)
+
+
+def spike_and_slab_cdf(value, spike_mass, slab_cdf):
+    r"""
+    CDF of a law on the real line with an atom of mass a = ``spike_mass`` at 0
+    and a continuous part of mass 1 - a whose mass below ``value`` is
+    ``slab_cdf`` = S(value): F(z) = S(z) + a 1[z ≥ 0], right-continuous at the
+    atom. Shared by :class:`SpikeAndSlab` and the thresholded laws.
+    """
+    return slab_cdf + torch.where(value >= 0, spike_mass, torch.zeros_like(spike_mass))
+
+
+def spike_and_slab_icdf(u, spike_mass, slab_cdf_at_zero, gate, slab_icdf):
+    r"""
+    The generalised inverse inf{z : F(z) ≥ u} of :func:`spike_and_slab_cdf`,
+    so that ``icdf`` of a uniform draw is a draw of the law: S⁻¹(u) for
+    u ≤ S(0), exactly 0 on the jump S(0) < u ≤ S(0) + a, and S⁻¹(u - a) above
+    it. ``slab_icdf`` maps slab mass v in (0, γ), γ = ``gate`` = 1 - a, to
+    S⁻¹(v); on the jump it is evaluated at the harmless v = γ/2 instead
+    (double where), so neither the value nor its gradient is NaN.
+    """
+    below = u <= slab_cdf_at_zero
+    on_slab = below | (u > slab_cdf_at_zero + spike_mass)
+    v = torch.where(below, u, u - spike_mass)
+    v = torch.where(on_slab, v, gate / 2)
+    return torch.where(on_slab, slab_icdf(v), torch.zeros_like(v))
 
 
 class SpikeAndSlab(TorchDistribution):
@@ -34,7 +69,8 @@ class SpikeAndSlab(TorchDistribution):
     :meth:`log_prob` is a density with respect to the mixed measure
     (counting measure at 0) + (Lebesgue measure), so both the point mass and
     the slab have finite log-densities and Monte-Carlo KL estimates between two
-    ``SpikeAndSlab`` distributions are valid. :meth:`sample` gives hard draws
+    ``SpikeAndSlab`` distributions are valid; :meth:`entropy` is taken with
+    respect to the same measure. :meth:`sample` gives hard draws
     with exact zeros. :meth:`rsample` gives reparameterised draws by one of two
     estimators of the spike indicator (see there): ``"relaxed"``, the paper's
     relaxation (UAI supplement B.1 / ICLR Eq. 24), whose draws are almost
@@ -239,6 +275,51 @@ class SpikeAndSlab(TorchDistribution):
             spike = torch.sigmoid(self.slope * (eta - 1 + self.gate))
         eps = torch.randn(shape, dtype=loc.dtype, device=loc.device)
         return spike * (loc + self.scale * eps)
+
+    def _slab_cdf(self, value):
+        """γ Φ((z - μ)/σ): the slab's mass below ``value``."""
+        return self.gate * ndtr((value - self.loc) / self.scale)
+
+    def cdf(self, value):
+        r"""
+        P(z ≤ value) = γ Φ((value - μ)/σ) + (1 - γ) 1[value ≥ 0]: the slab's
+        Gaussian CDF plus the atom, right-continuous at 0.
+        """
+        if self._validate_args:
+            self._validate_sample(value)
+        return spike_and_slab_cdf(value, self._one_minus_gate(), self._slab_cdf(value))
+
+    def icdf(self, value):
+        r"""
+        The generalised inverse of :meth:`cdf` (see
+        :func:`spike_and_slab_icdf`), exactly 0 for probabilities on the jump
+        of the atom.
+        """
+        gate = self.gate
+
+        def slab_icdf(v):
+            return self.loc + self.scale * torch.special.ndtri((v / gate).clamp(0, 1))
+
+        zero = torch.zeros_like(self.loc)
+        return spike_and_slab_icdf(value, self._one_minus_gate(), self._slab_cdf(zero), gate, slab_icdf)
+
+    def entropy(self):
+        r"""
+        Entropy with respect to (counting measure at 0) + (Lebesgue measure),
+        the measure of :meth:`log_prob`:
+
+        .. math::
+
+            -\gamma\log\gamma - (1 - \gamma)\log(1 - \gamma)
+            + \gamma\,\tfrac12\log(2\pi e\sigma^2),
+
+        the entropy of the indicator plus γ times the slab's differential
+        entropy (the atom and the slab live on disjoint sets). With 0 log 0 = 0.
+        """
+        gate, one_minus_gate = self.gate, self._one_minus_gate()
+        log_gate, log1m_gate = self._log_gates(gate > 0, one_minus_gate > 0)
+        normal_entropy = 0.5 + _HALF_LOG_TWO_PI + self.scale.log()
+        return -gate * log_gate - one_minus_gate * log1m_gate + gate * normal_entropy
 
     @property
     def mean(self):

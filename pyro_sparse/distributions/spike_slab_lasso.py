@@ -17,6 +17,10 @@ class SpikeSlabLasso(TorchDistribution):
     a mixture of a wide Laplace "slab" (rate ``lambda1``) and a narrow Laplace
     "spike" (rate ``lambda0`` ≫ ``lambda1``), with the Laplace normalisers.
 
+    The CDF is the same mixture of the two Laplace CDFs. There is no
+    ``icdf`` (the mixture's quantile solves a transcendental equation) and no
+    ``entropy`` (the log of the two-term sum does not integrate in closed form).
+
     :param torch.Tensor eta: probability of the slab, in [0, 1].
     :param torch.Tensor lambda0: rate of the spike.
     :param torch.Tensor lambda1: rate of the slab.
@@ -89,6 +93,19 @@ class SpikeSlabLasso(TorchDistribution):
             magnitude = torch.empty(shape, dtype=rate.dtype, device=rate.device).exponential_()
             sign = torch.randint(0, 2, shape, device=rate.device).to(rate.dtype) * 2 - 1
             return sign * magnitude / rate
+
+    def cdf(self, value):
+        r"""
+        η F₁(w) + (1 - η) F₀(w) with the Laplace(0, 1/λ) CDF
+        F(w) = 1/2 - sign(w) expm1(-λ|w|)/2, accurate in both tails.
+        """
+        if self._validate_args:
+            self._validate_sample(value)
+        abs_value = value.abs()
+        tail = self.eta * torch.expm1(-self.lambda1 * abs_value) + (1 - self.eta) * torch.expm1(
+            -self.lambda0 * abs_value
+        )
+        return 0.5 - 0.5 * value.sign() * tail
 
     @property
     def mean(self):

@@ -26,6 +26,10 @@ Densities (derived in the class docstrings; γ = P(z ≠ 0)):
 * Normal base: γ = erfc(λ / (σ√2)) and, for z ≠ 0,
   p(z) = N(z + sign(z - μ) λ; μ, σ²) = N(|z - μ| + λ; 0, σ²).
 
+Both have closed-form :meth:`cdf` (the atom plus the base CDF at the
+pre-image), :meth:`icdf` (its generalised inverse) and :meth:`entropy` (with
+respect to the same mixed measure as :meth:`log_prob`).
+
 **Training objective and the registered KL.** The paper does not use the KL
 divergence of these thresholded laws. Its ELBO (Eq. 5) penalises the *base*
 distributions, :math:`\beta_1 \mathrm{KL}(q(s \mid x) \| p(s))`, plus, when
@@ -56,6 +60,8 @@ from pyro.distributions import TorchDistribution
 from torch.distributions import Laplace, Normal, constraints
 from torch.distributions.kl import kl_divergence, register_kl
 from torch.distributions.utils import broadcast_all, lazy_property
+
+from pyro_sparse.distributions.spike_and_slab import ndtr, spike_and_slab_cdf, spike_and_slab_icdf
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
 _SQRT_HALF = math.sqrt(0.5)
@@ -189,6 +195,34 @@ class ThresholdedDistribution(TorchDistribution):
         return torch.where(is_zero, log_spike, log_slab)
 
     @property
+    def _spike_mass(self):
+        """1 - γ = P(z = 0), from the subclass's accurate log."""
+        return self._log_spike_mass(self.threshold / self.scale).exp()
+
+    def cdf(self, value):
+        r"""
+        P(z ≤ value): the slab's mass below ``value`` (the base CDF at the
+        pre-image of the tails) plus the atom 1 - γ where ``value`` ≥ 0.
+        """
+        if self._validate_args:
+            self._validate_sample(value)
+        return spike_and_slab_cdf(value, self._spike_mass, self._slab_cdf(value))
+
+    def icdf(self, value):
+        """The generalised inverse of :meth:`cdf`, exactly 0 on the jump of the atom."""
+        zero = torch.zeros_like(self.loc)
+        return spike_and_slab_icdf(value, self._spike_mass, self._slab_cdf(zero), self.gate, self._slab_icdf)
+
+    def entropy(self):
+        r"""
+        Entropy with respect to (counting measure at 0) + (Lebesgue measure),
+        the measure of :meth:`log_prob`: -(1 - γ) log(1 - γ) for the atom plus
+        -∫ p log p over the slab, whose density p integrates to γ.
+        """
+        spike = self._spike_mass
+        return -torch.special.xlogy(spike, spike) + self._slab_entropy()
+
+    @property
     def mean(self):
         # The slab density depends on z only through |z - μ| (both bases are
         # symmetric about μ and the shift is symmetric), so its first moment
@@ -222,6 +256,18 @@ class ThresholdedDistribution(TorchDistribution):
     def _log_slab_density(self, value, loc, scale, threshold):
         raise NotImplementedError
 
+    def _slab_cdf(self, value):
+        """The slab's mass below ``value``, in [0, γ]."""
+        raise NotImplementedError
+
+    def _slab_icdf(self, mass):
+        """Its inverse, for ``mass`` in (0, γ)."""
+        raise NotImplementedError
+
+    def _slab_entropy(self):
+        """-∫ p log p over the slab (z ≠ 0)."""
+        raise NotImplementedError
+
 
 class ThresholdedLaplace(ThresholdedDistribution):
     r"""
@@ -240,7 +286,10 @@ class ThresholdedLaplace(ThresholdedDistribution):
              = \gamma\,\mathrm{Laplace}(z; \mu, b),
 
     the memorylessness of the exponential tails (Appendix A, Eq. 14). Hence
-    :math:`\mathrm{Var}(z) = \gamma(\mu^2 + 2b^2) - \gamma^2\mu^2`.
+    :math:`\mathrm{Var}(z) = \gamma(\mu^2 + 2b^2) - \gamma^2\mu^2`, the CDF
+    is γ times the Laplace CDF plus the atom, and the entropy w.r.t. the mixed
+    measure is :math:`-(1 - \gamma)\log(1 - \gamma) - \gamma\log\gamma +
+    \gamma(1 + \log 2b)` with :math:`\log\gamma = -\lambda/b`.
 
     :param torch.Tensor loc: location μ.
     :param torch.Tensor scale: Laplace scale b > 0.
@@ -261,6 +310,16 @@ class ThresholdedLaplace(ThresholdedDistribution):
         # Written out rather than as log γ + Laplace.log_prob: one expression,
         # finite however small γ is.
         return -((value - loc).abs() + threshold) / scale - torch.log(2 * scale)
+
+    def _slab_cdf(self, value):
+        return self.gate * self.base_dist.cdf(value)
+
+    def _slab_icdf(self, mass):
+        return self.base_dist.icdf((mass / self.gate).clamp(0, 1))
+
+    def _slab_entropy(self):
+        # -∫ γ Lap log(γ Lap) = -γ log γ + γ H(Laplace(μ, b)).
+        return self.gate * (self.threshold / self.scale + 1 + torch.log(2 * self.scale))
 
     @property
     def variance(self):
@@ -292,7 +351,16 @@ class ThresholdedNormal(ThresholdedDistribution):
     Gaussian tail folded onto μ (continuous at μ, with a cusp there). With
     t = λ/σ and φ the standard normal density, the slab's second moment
     about μ is :math:`\sigma^2[(1 + t^2)\gamma - 2t\varphi(t)]`
-    (= 2σ²∫_t^∞ (x - t)² φ(x) dx), giving :attr:`variance`.
+    (= 2σ²∫_t^∞ (x - t)² φ(x) dx), giving :attr:`variance`. The slab's mass
+    below z is Φ((z - μ - λ)/σ) for z < μ (the left tail, shifted) and
+    γ - Φ((μ - z - λ)/σ) above μ, giving :meth:`cdf` and :meth:`icdf`. Since
+    -log p(z) = ((|z - μ| + λ)/σ)²/2 + log(σ√(2π)) and
+    2∫_t^∞ x² φ(x) dx = γ + 2tφ(t), the entropy w.r.t. the mixed measure is
+
+    .. math::
+
+        -(1 - \gamma)\log(1 - \gamma) + t\varphi(t)
+        + \gamma\,\tfrac12\log(2\pi e\sigma^2).
 
     :param torch.Tensor loc: mean μ of the base Gaussian.
     :param torch.Tensor scale: standard deviation σ > 0 of the base Gaussian.
@@ -312,6 +380,25 @@ class ThresholdedNormal(ThresholdedDistribution):
     def _log_slab_density(self, value, loc, scale, threshold):
         shifted = ((value - loc).abs() + threshold) / scale
         return -0.5 * shifted**2 - torch.log(scale) - _HALF_LOG_TWO_PI
+
+    def _slab_cdf(self, value):
+        d = value - self.loc
+        t = self.threshold
+        left = ndtr((d - t) / self.scale)
+        right = self.gate - ndtr((-d - t) / self.scale)
+        return torch.where(d < 0, left, right)
+
+    def _slab_icdf(self, mass):
+        # Each branch's argument stays in (0, 1) on the other branch too
+        # (mass < γ ≤ 1, γ - mass ≥ γ/2 > 0), so the where is NaN-free.
+        left = self.loc + self.threshold + self.scale * torch.special.ndtri(mass)
+        right = self.loc - self.threshold - self.scale * torch.special.ndtri((self.gate - mass).clamp(min=0))
+        return torch.where(mass <= self.gate / 2, left, right)
+
+    def _slab_entropy(self):
+        t = self.threshold / self.scale
+        phi_t = torch.exp(-0.5 * t**2 - _HALF_LOG_TWO_PI)
+        return t * phi_t + self.gate * (0.5 + _HALF_LOG_TWO_PI + torch.log(self.scale))
 
     @property
     def variance(self):

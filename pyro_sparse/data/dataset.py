@@ -1,0 +1,98 @@
+"""The data as models and the training loop see it: validated once, then split and cut into minibatches."""
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from pyro_sparse.data.validation import DataError, as_matrix, check_values, feature_names_of
+
+
+@dataclass(frozen=True)
+class DataSummary:
+    """What models need to know about the training data before fitting."""
+
+    num_data: int
+    num_features: int
+    feature_means: np.ndarray
+    feature_variances: np.ndarray
+
+    @classmethod
+    def of(cls, matrix):
+        if sp.issparse(matrix):
+            mean = np.asarray(matrix.mean(0)).ravel()
+            variance = np.asarray(matrix.multiply(matrix).mean(0)).ravel() - mean**2
+        else:
+            variance, mean = torch.var_mean(matrix.double(), dim=0, correction=0)
+            mean, variance = mean.numpy(), variance.numpy()
+        return cls(matrix.shape[0], matrix.shape[1], mean, np.maximum(variance, 0.0))
+
+
+class Dataset:
+    """
+    An (N, G) data matrix checked for one likelihood: a CPU float32 tensor,
+    or a CSR matrix that is densified one minibatch at a time and never
+    whole.  Build one from user input with :meth:`from_data`; the
+    constructor trusts its arguments.
+
+    :param matrix: the values, as :func:`~pyro_sparse.data.validation.as_matrix` returns them.
+    :param str likelihood: the observation model the values were checked for.
+    :param list feature_names: one name per column, or ``None``.
+    :param str layer: the AnnData layer the values came from (``None``: ``adata.X`` or not an AnnData).
+    """
+
+    def __init__(self, matrix, likelihood, feature_names=None, layer=None):
+        self.matrix, self.likelihood, self.feature_names, self.layer = matrix, likelihood, feature_names, layer
+
+    @classmethod
+    def from_data(cls, data, likelihood, feature_names=None, layer=None, name="data"):
+        """
+        Validate ``data`` (array, tensor, DataFrame or scipy.sparse matrix)
+        for ``likelihood``; names default to a DataFrame's string columns.
+        """
+        matrix = as_matrix(data, name)
+        check_values(matrix, likelihood, name)
+        names = feature_names_of(data) if feature_names is None else list(feature_names)
+        return cls(matrix, likelihood, names, layer)
+
+    @property
+    def num_data(self):
+        return self.matrix.shape[0]
+
+    @property
+    def num_features(self):
+        return self.matrix.shape[1]
+
+    @functools.cached_property
+    def summary(self):
+        """Feature means and variances (float64), computed once."""
+        return DataSummary.of(self.matrix)
+
+    def rows(self, index, device="cpu"):
+        """Rows ``index`` (an integer array) as a dense float32 tensor on ``device``."""
+        if sp.issparse(self.matrix):
+            return torch.as_tensor(self.matrix[index].toarray(), device=device)
+        return self.matrix[torch.as_tensor(index)].to(device)
+
+    def minibatches(self, batch_size, generator=None, device="cpu", shuffle=True):
+        """Dense minibatches of the rows, in an order drawn from ``generator`` (or in order)."""
+        order = torch.randperm(self.num_data, generator=generator) if shuffle else torch.arange(self.num_data)
+        for start in range(0, self.num_data, batch_size):
+            yield self.rows(order[start : start + batch_size].numpy(), device)
+
+    def subset(self, index):
+        """The rows ``index`` (sorted integer array) as a new Dataset."""
+        matrix = self.matrix[index] if sp.issparse(self.matrix) else self.matrix[torch.as_tensor(index)]
+        return Dataset(matrix, self.likelihood, self.feature_names, self.layer)
+
+    def split(self, validation_fraction, generator):
+        """(training, validation) rows drawn at random; validation is ``None`` for a fraction of 0."""
+        if validation_fraction == 0:
+            return self, None
+        num_validation = max(1, int(round(validation_fraction * self.num_data)))
+        if num_validation >= self.num_data:
+            raise DataError(f"validation_fraction={validation_fraction} leaves no training data")
+        order = torch.randperm(self.num_data, generator=generator).numpy()
+        return self.subset(np.sort(order[num_validation:])), self.subset(np.sort(order[:num_validation]))

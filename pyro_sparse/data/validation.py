@@ -1,0 +1,167 @@
+"""Data entering the library: conversion to a matrix and checks of its values."""
+
+import sys
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+
+class DataError(ValueError):
+    """Data that a model cannot be fitted to or evaluated on, with the reason."""
+
+
+# Models compute in float32: feature variances beyond this overflow its squares
+# of residuals, and below the lower bound (for real-valued data) every
+# variance the models store underflows to 0.
+VARIANCE_RANGE = (1e-30, 1e30)
+
+# Standardised values of new data beyond this overflow the encoders' float32
+# arithmetic (from about 1e20 the likelihoods are no longer finite); long
+# before that they mean the data is in other units than the training data.
+MAX_STANDARDIZED_VALUE = 1e12
+
+
+def _values(data, name):
+    """The numpy values of a tensor, array, DataFrame or nested list."""
+    if torch.is_tensor(data):
+        data = data.detach().cpu()
+        if data.is_floating_point() and data.dtype not in (torch.float16, torch.float32, torch.float64):
+            data = data.float()  # bfloat16 and the float8 types have no numpy dtype
+        return data.numpy()
+    try:
+        return np.asarray(data)
+    except (ValueError, TypeError) as error:
+        raise DataError(f"{name} cannot be read as a matrix: {error}; are its rows of different lengths?") from None
+
+
+def as_matrix(data, name="data"):
+    """
+    A 2-D float32 matrix from a numpy array, torch tensor, pandas DataFrame or
+    scipy.sparse matrix: dense input becomes a CPU torch tensor, sparse input
+    stays a CSR matrix (densified one minibatch at a time, never whole).
+    """
+    if sp.issparse(data):
+        original = sp.csr_matrix(data)
+        values, shape = original.data, original.shape
+    else:
+        original = _values(data, name)
+        values, shape = original, original.shape
+    if values.dtype.kind == "c":
+        raise DataError(f"{name} has complex values; pass their real part (X.real) or modulus (np.abs(X))")
+    if values.dtype.kind not in "biuf":
+        raise DataError(
+            f"{name} must be numeric, got dtype {values.dtype}; encode categorical columns and fill "
+            "missing values, then convert it with np.asarray(X, dtype=float)"
+        )
+    if len(shape) != 2:
+        raise DataError(
+            f"{name} must be a 2-D (data points x features) matrix, got {len(shape)}-D; "
+            "reshape a single feature with X.reshape(-1, 1) or a single point with X.reshape(1, -1)"
+        )
+    if shape[0] == 0 or shape[1] == 0:
+        raise DataError(f"{name} is empty: shape {tuple(shape)}")
+    if not np.all(np.isfinite(values)):
+        raise DataError(f"{name} contains NaN or infinite values; remove or impute them first")
+    if values.size and np.abs(values).max() > np.finfo(np.float32).max:
+        raise DataError(f"{name} has values too large for float32 (|x| > 3.4e38); rescale it first")
+    if values.dtype.kind == "f" and values.dtype.itemsize > 4:
+        # A non-zero value must not become 0 (and change which likelihoods accept it).
+        magnitudes = np.abs(values)
+        if np.any((magnitudes > 0) & (magnitudes < np.finfo(np.float32).tiny)):
+            raise DataError(f"{name} has non-zero values too small for float32 (|x| < 1.2e-38); rescale it first")
+    if sp.issparse(original):
+        return original.astype(np.float32)
+    return torch.as_tensor(original.astype(np.float32, copy=False))
+
+
+def feature_names_of(data):
+    """The column names of a pandas DataFrame when all are strings (as scikit-learn), else None."""
+    # pandas is never imported here: a DataFrame exists only once its user has imported it.
+    pandas = sys.modules.get("pandas")
+    if pandas is None or not isinstance(data, pandas.DataFrame):
+        return None
+    names = list(data.columns)
+    return names if all(isinstance(name, str) for name in names) else None
+
+
+def check_feature_names(names, trained, name="X", selection=None):
+    """
+    Named features of new data must be the training features, in the training
+    order; ``selection`` is the expression that fixes it (default: column
+    selection, ``X[fitted.config['feature_names']]``).
+    """
+    if names is None or trained is None or list(names) == list(trained):
+        return
+    selection = selection or f"{name}[fitted.config['feature_names']]"
+    missing = [feature for feature in trained if feature not in set(names)]
+    if missing:
+        problem = f"lacks {len(missing)} of the model's features, e.g. {missing[:5]}"
+    elif len(names) != len(trained):
+        unknown = [feature for feature in names if feature not in set(trained)]
+        problem = f"has {len(unknown)} features the model was not trained on, e.g. {unknown[:5]}"
+    else:
+        j = next(j for j, (new, old) in enumerate(zip(names, trained)) if new != old)
+        problem = f"orders them differently (column {j} is {names[j]!r}, the model's feature {j} is {trained[j]!r})"
+    raise DataError(
+        f"the columns of {name} do not match the features the model was trained on: {name} {problem}; "
+        f"select and order them with {selection}"
+    )
+
+
+def check_values(matrix, likelihood, name="data"):
+    """Reject values the likelihood gives no density to."""
+    values = matrix.data if sp.issparse(matrix) else matrix.numpy()
+    if likelihood == "multinomial":
+        if np.any(values < 0):
+            raise DataError(f"{name} has negative values; the multinomial likelihood needs counts >= 0")
+        if np.any(values != np.round(values)):
+            raise DataError(f"{name} has non-integer values; the multinomial likelihood needs integer counts")
+        row_totals = np.asarray(matrix.sum(1)).ravel()
+        if np.any(row_totals == 0):
+            raise DataError(
+                f"{name} has {int(np.sum(row_totals == 0))} rows with no counts; "
+                "the multinomial likelihood needs at least one count per row"
+            )
+    elif likelihood == "bernoulli" and not np.all((values == 0) | (values == 1)):
+        raise DataError(f"{name} has values outside {{0, 1}}; the bernoulli likelihood needs binary data")
+
+
+def check_training_data(summary, likelihood):
+    """What every SVI model needs of its training data, beyond valid values."""
+    if summary.num_data < 2:
+        raise DataError(
+            f"the training data has {summary.num_data} data point; a model needs at least 2 "
+            "(with validation_fraction > 0, at least 2 must remain for training)"
+        )
+    largest = float(summary.feature_variances.max())
+    if largest == 0:
+        raise DataError("every feature is constant (all data points are equal): there is nothing to fit")
+    low, high = VARIANCE_RANGE
+    if largest > high or (likelihood == "gaussian" and largest < low):
+        raise DataError(
+            f"the largest feature variance is {largest:.3g}, outside the range [{low:g}, {high:g}] that "
+            "float32 training can represent; rescale the data, e.g. divide each feature by its standard deviation"
+        )
+
+
+def check_units(matrix, loc, scale, name="X"):
+    """
+    New real-valued data must be on the scale of the training data: no value
+    more than ``MAX_STANDARDIZED_VALUE`` of the encoder's feature scales from
+    its feature means (``loc``, ``scale``: the encoder's input standardisation).
+    """
+    if sp.issparse(matrix):  # column extremes count the implicit zeros
+        high, low = matrix.max(0).toarray().ravel(), matrix.min(0).toarray().ravel()
+    else:
+        high, low = matrix.amax(0).numpy(), matrix.amin(0).numpy()
+    loc, scale = np.asarray(loc, dtype=np.float64), np.asarray(scale, dtype=np.float64)
+    distance = np.maximum(np.abs(high - loc), np.abs(low - loc)) / scale
+    j = int(np.argmax(distance))
+    if distance[j] > MAX_STANDARDIZED_VALUE:
+        raise DataError(
+            f"{name} has values {distance[j]:.3g} training standard deviations from the training mean "
+            f"(feature {j}); give the model data in the units it was trained on"
+        )
+
+

@@ -1,0 +1,37 @@
+"""Metrics of fitted models; every function takes numpy arrays (diagnostics: :mod:`pyro_sparse.evaluation.diagnostics`)."""
+
+from pyro_sparse.evaluation.collapse import (
+    feature_collapse,
+    gradient_snr,
+    posterior_collapse,
+)
+from pyro_sparse.evaluation.disentanglement import (
+    dci_disentanglement,
+    dci_from_importance,
+    importance_matrix,
+    match_factors,
+    multi_information,
+)
+from pyro_sparse.evaluation.likelihood import (
+    heldout_nll,
+    mse,
+)
+from pyro_sparse.evaluation.support import (
+    support_f_score,
+    support_jaccard,
+)
+
+__all__ = [
+    "dci_disentanglement",
+    "dci_from_importance",
+    "feature_collapse",
+    "gradient_snr",
+    "heldout_nll",
+    "importance_matrix",
+    "match_factors",
+    "mse",
+    "multi_information",
+    "posterior_collapse",
+    "support_f_score",
+    "support_jaccard",
+]

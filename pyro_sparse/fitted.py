@@ -1,0 +1,223 @@
+"""A trained model and guide with numpy accessors: what ``train`` and ``load`` return."""
+
+import numpy as np
+import torch
+
+from pyro_sparse.data import DataError, Dataset, check_feature_names, check_units, feature_names_of
+from pyro_sparse.infer.config import is_count
+from pyro_sparse.infer.importance import expected_observation, importance_log_likelihood
+from pyro_sparse.io import anndata as anndata_io
+from pyro_sparse.io import serialization
+from pyro_sparse.nn import check_precision, set_decoder_precision
+
+
+def evaluation_data(X, config):
+    """
+    New data for a model trained with ``config``, as a :class:`~pyro_sparse.data.Dataset`:
+    an AnnData's training layer, named features in the training order, the
+    training feature count and values the likelihood accepts.
+    """
+    if anndata_io.is_anndata(X):
+        X = anndata_io.evaluation_data(X, config)
+    check_feature_names(feature_names_of(X), config.get("feature_names"))
+    data = Dataset.from_data(X, config["likelihood"], config.get("feature_names"), name="X")
+    if data.num_features != config["num_features"]:
+        raise DataError(f"X has {data.num_features} features but the model was trained on {config['num_features']}")
+    return data
+
+
+def top_features(W, k=5, names=None):
+    """
+    For each column of ``W`` (features x factors), the ``k`` features with the
+    largest |W_jk| that are non-zero, named by ``names`` (default: indices).
+    """
+    W = np.abs(W)
+    names = list(names) if names is not None else list(range(W.shape[0]))
+    if len(names) != W.shape[0]:
+        raise ValueError(f"got {len(names)} names for {W.shape[0]} features")
+    tops = []
+    for column in W.T:
+        order = [j for j in np.argsort(-column, kind="stable")[:k] if column[j] > 0]
+        tops.append([names[j] for j in order])
+    return tops
+
+
+class FittedModel:
+    """
+    A trained model and guide with numpy accessors.  Learned quantities end in
+    an underscore (scikit-learn style); ``W_`` and friends exist for models with
+    a decoder mask.
+    """
+
+    def __init__(self, config, model, guide, history):
+        self.config, self.model, self.guide, self.history_ = config, model, guide, history
+
+    @property
+    def device(self):
+        return next(self.guide.parameters()).device
+
+    @property
+    def num_features(self):
+        return self.config["num_features"]
+
+    def _batches(self, X, batch_size=1024):
+        data = evaluation_data(X, self.config)
+        if self.config["likelihood"] == "gaussian":
+            check_units(data.matrix, self.guide.input_affine.loc.cpu(), self.guide.input_affine.scale.cpu())
+        return data.minibatches(batch_size, device=self.device, shuffle=False)
+
+    @torch.no_grad()
+    def transform(self, X, kind="mode"):
+        """
+        Codes of X, shape (N, K): ``kind="mode"`` the posterior mode per
+        coordinate (for sparse-latent models exactly 0 where the spike is more
+        probable than the slab), ``kind="mean"`` the posterior mean E_q[z | x].
+        For Gaussian posteriors the two coincide.
+        """
+        if kind not in ("mode", "mean"):
+            raise ValueError(f"kind must be 'mode' or 'mean', got {kind!r}")
+        return np.concatenate(
+            [getattr(self.guide.posterior(x), kind).cpu().numpy() for x in self._batches(X)]
+        )
+
+    def _gates(self, x):
+        posterior = self.guide.posterior(x).base_dist
+        if not hasattr(posterior, "gate"):
+            raise AttributeError(f"model {self.config['model']!r} has no spike-and-slab codes")
+        return posterior.gate
+
+    @torch.no_grad()
+    def spike_probabilities(self, X):
+        """For spike-and-slab codes, the probability γ_ij that code j of x_i is non-zero, (N, K)."""
+        return np.concatenate([self._gates(x).cpu().numpy() for x in self._batches(X)])
+
+    @torch.no_grad()
+    def conditional_samples(self, X, num_samples=1):
+        """
+        Conditional generation of VSC (ICLR version Sec. 5.3): for each x, codes
+        drawn from the prior slab N(0, 1) along only the dimensions the
+        recognition model activates for x (γ > 0.5), zero elsewhere, decoded
+        to E[x | z].  Shape (num_samples, N, G).
+        """
+        samples = []
+        for x in self._batches(X):
+            active = self._gates(x) > 0.5
+            draws = [
+                expected_observation(self.model, self.guide, x, torch.randn_like(active, dtype=x.dtype) * active)
+                for _ in range(num_samples)
+            ]
+            samples.append(torch.stack(draws).cpu().numpy())
+        return np.concatenate(samples, axis=1)
+
+    @torch.no_grad()
+    def sample_posterior(self, X, num_samples=1):
+        """Draws z ~ q(z | x), shape (num_samples, N, K)."""
+        return np.concatenate(
+            [self.guide.posterior(x).sample((num_samples,)).cpu().numpy() for x in self._batches(X)], axis=1
+        )
+
+    def reconstruct(self, X):
+        """E[x | z = E_q[z | x]]: means (gaussian), probabilities (bernoulli, multinomial)."""
+        return np.concatenate(
+            [expected_observation(self.model, self.guide, x).cpu().numpy() for x in self._batches(X)]
+        )
+
+    def heldout_log_likelihood(self, X, num_samples=100):
+        """Importance-weighted estimate of log p(x_i) per data point (Burda et al. 2016)."""
+        if not is_count(num_samples):
+            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+        return np.concatenate(
+            [
+                importance_log_likelihood(self.model, self.guide, x, num_samples).cpu().numpy()
+                for x in self._batches(X, batch_size=256)
+            ]
+        )
+
+    def to_arviz(self, X, num_samples=100, feature_names=None):
+        """
+        Posterior draws, posterior predictive replicates, element-wise
+        log-likelihood and the data of X as ArviZ data (InferenceData, or a
+        DataTree under arviz >= 1.0); see :func:`pyro_sparse.evaluation.diagnostics.to_arviz`.
+        """
+        # Imported here: arviz is slow to import and only these checks need it.
+        from pyro_sparse.evaluation.diagnostics import to_arviz
+
+        return to_arviz(self, X, num_samples=num_samples, feature_names=feature_names)
+
+    def _point(self, name):
+        if name not in self.guide.unconstrained:
+            raise AttributeError(f"model {self.config['model']!r} has no global site {name!r}")
+        return self.guide.point_estimate(name).detach().cpu().numpy()
+
+    @property
+    def W_(self):
+        """The decoder mask W, (G, K); entries in the spike are exactly 0."""
+        return self._point("W")
+
+    @property
+    def sigma2_(self):
+        """Per-feature noise variances (gaussian likelihood)."""
+        return self._point("sigma2")
+
+    @property
+    def inclusion_probs_(self):
+        """E[γ_jk | w_jk, η_k] (Eq. 57), (G, K)."""
+        return self._prior("W").inclusion_probs.cpu().numpy()
+
+    @property
+    def eta_(self):
+        """η_k, the share of features each factor is expected to use, (K,)."""
+        return self._prior("W").eta.cpu().numpy()
+
+    def _prior(self, name):
+        if name not in self.model.site_priors:
+            raise AttributeError(f"model {self.config['model']!r} has no prior hooks for {name!r}")
+        return self.model.site_priors[name]
+
+    def top_features(self, k=5, names=None):
+        """
+        For each factor, the ``k`` features with the largest |W_jk| that are
+        non-zero, named by ``names`` (default: an AnnData's ``var_names`` if
+        the model was trained on one, else the feature indices).
+        """
+        return top_features(self.W_, k, names if names is not None else self.config.get("feature_names"))
+
+    def write_to(self, adata, key=None):
+        """
+        Store the codes in ``adata.obsm["X_<key>"]`` and, where the model has
+        them, W and its inclusion probabilities in ``adata.varm``; ``key``
+        defaults to the model's name (see :func:`pyro_sparse.io.anndata.write_to`).
+        """
+        anndata_io.write_to(self, adata, key)
+
+    def set_precision(self, precision):
+        """
+        Evaluate the decoder in ``"bf16"`` or ``"fp32"`` from now on and return
+        this model.  After ``train`` and ``load`` the decoder runs in the
+        precision of the fit (bfloat16 after a ``"bf16"`` fit, else float32),
+        so evaluation sees the network that was trained; ``set_precision("fp32")``
+        gives exact float32 evaluation.  Files keep the precision of the fit
+        (``config["training"]["precision"]``), not this setting.
+        """
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"the decoder is evaluated in 'fp32' or 'bf16', got {precision!r} ('tf32' is for training)")
+        set_decoder_precision(self.model, check_precision(precision, self.device))
+        return self
+
+    def history_frame(self):
+        """
+        ``history_`` as a pandas DataFrame indexed by epoch: the training loss
+        (-ELBO per data point) and, when a validation set was held out, the
+        validation loss.
+        """
+        import pandas as pd  # only this method needs pandas
+
+        return pd.DataFrame({k: v for k, v in self.history_.items() if len(v)}).rename_axis("epoch")
+
+    def save(self, path):
+        """Write the model to ``path`` (tensors + JSON; see :mod:`pyro_sparse.io.serialization`)."""
+        serialization.write(
+            path,
+            {**self.config, "history": self.history_},
+            {"model": self.model.state_dict(), "guide": self.guide.state_dict()},
+        )

@@ -1,0 +1,203 @@
+"""
+Training checkpoints: everything :func:`pyro_sparse.training.fit` needs to go
+on with a run as if it had never stopped.
+
+A snapshot holds the model and guide state dicts (parameters and buffers: the
+priors' E-step state, the guides' schedule values), Adam's per-parameter
+moments and per-group learning rates, the learning-rate schedule, the loop's
+counters and history, the early-stopping best state, and the states of every
+random number generator a step draws from (torch, CUDA, numpy, Python's
+``random`` and the minibatch generator).  Files are written with
+:mod:`pyro_sparse.serialization`: tensors and JSON only, read with
+``torch.load(weights_only=True)``, checksummed, replaced atomically.
+"""
+
+import copy
+import json
+import math
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from pyro_sparse.io import serialization
+
+CHECKPOINT_FILE = serialization.FileFormat("pyro_sparse.checkpoint", 1, "pyro_sparse training checkpoint")
+
+
+class CheckpointError(serialization.ModelFileError):
+    """A checkpoint that cannot be read, or that belongs to a different run."""
+
+
+@dataclass
+class LoopState:
+    """The training loop's own counters, restored with the modules on resume."""
+
+    epoch: int = 0  # epochs completed
+    step: int = 0  # optimizer steps taken
+    history: dict = field(default_factory=lambda: {"train_loss": [], "validation_loss": []})
+    best_loss: float = math.inf  # best validation loss so far
+    best_state: tuple | None = None  # (model, guide) state dicts at best_loss, kept for early stopping
+    epochs_without_improvement: int = 0
+    rollbacks: int = 0  # divergences recovered from by rolling back
+
+
+@dataclass
+class Snapshot:
+    """A run's state as JSON-able ``config`` and ``states`` (name -> dict of tensors)."""
+
+    config: dict
+    states: dict
+
+
+def _rng_states(generator):
+    numpy_kind, numpy_keys, numpy_position, numpy_has_gauss, numpy_gauss = np.random.get_state()
+    python_version, python_state, python_gauss = random.getstate()
+    tensors = {
+        "torch": torch.get_rng_state(),
+        "numpy": torch.from_numpy(numpy_keys.astype(np.int64)),
+        "python": torch.tensor(python_state, dtype=torch.int64),
+    }
+    if generator is not None:
+        tensors["minibatches"] = generator.get_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        tensors.update({f"cuda.{i}": state for i, state in enumerate(torch.cuda.get_rng_state_all())})
+    scalars = {
+        "numpy": [numpy_kind, numpy_position, numpy_has_gauss, numpy_gauss],
+        "python": [python_version, python_gauss],
+    }
+    return scalars, tensors
+
+
+def _set_rng_states(scalars, tensors, generator):
+    torch.set_rng_state(tensors["torch"])
+    numpy_kind, numpy_position, numpy_has_gauss, numpy_gauss = scalars["numpy"]
+    numpy_keys = tensors["numpy"].numpy().astype(np.uint32)
+    np.random.set_state((numpy_kind, numpy_keys, numpy_position, numpy_has_gauss, numpy_gauss))
+    python_version, python_gauss = scalars["python"]
+    random.setstate((python_version, tuple(tensors["python"].tolist()), python_gauss))
+    if generator is not None:
+        generator.set_state(tensors["minibatches"])
+    cuda_states = [tensors[f"cuda.{i}"] for i in range(sum(key.startswith("cuda.") for key in tensors))]
+    if cuda_states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda_states[: torch.cuda.device_count()])
+
+
+def capture(loop, model, guide, optimizer, scheduler, generator=None):
+    """A :class:`Snapshot` of the run, detached from the live objects."""
+    optimizer_state = optimizer.state_dict()
+    rng_scalars, rng_tensors = _rng_states(generator)
+    config = {
+        "loop": {
+            "epoch": loop.epoch,
+            "step": loop.step,
+            "history": {name: list(values) for name, values in loop.history.items()},
+            "best_loss": loop.best_loss,
+            "epochs_without_improvement": loop.epochs_without_improvement,
+            "rollbacks": loop.rollbacks,
+        },
+        # Learning rates, betas, eps, ... per group; JSON keeps Python floats exact.
+        "optimizer_groups": optimizer_state["param_groups"],
+        "scheduler": copy.deepcopy(scheduler.state_dict()),
+        "rng": rng_scalars,
+    }
+    states = {
+        "model": {key: value.detach().clone() for key, value in model.state_dict().items()},
+        "guide": {key: value.detach().clone() for key, value in guide.state_dict().items()},
+        "optimizer": {
+            f"{index}.{name}": value.detach().clone()
+            for index, moments in optimizer_state["state"].items()
+            for name, value in moments.items()
+        },
+        "rng": rng_tensors,
+    }
+    if loop.best_state is not None:
+        # Copied when it was taken and never changed since: shared, not cloned.
+        states["best_model"], states["best_guide"] = loop.best_state
+    return Snapshot(config, states)
+
+
+def restore(snapshot, model, guide, optimizer, scheduler, generator=None):
+    """Load ``snapshot`` into the live objects and return its :class:`LoopState`."""
+    config, states = snapshot.config, snapshot.states
+    moments = {}
+    for key, value in states["optimizer"].items():
+        index, name = key.split(".", 1)
+        moments.setdefault(int(index), {})[name] = value.clone()
+    try:
+        model.load_state_dict(states["model"])
+        guide.load_state_dict(states["guide"])
+        optimizer.load_state_dict({"state": moments, "param_groups": copy.deepcopy(config["optimizer_groups"])})
+    except (RuntimeError, ValueError) as error:  # e.g. written by a version with other parameter names
+        raise CheckpointError(f"the checkpoint does not fit the model it describes: {error}") from None
+    scheduler.load_state_dict(copy.deepcopy(config["scheduler"]))
+    _set_rng_states(config["rng"], states["rng"], generator)
+    loop = LoopState(**config["loop"])
+    # Copied: the same snapshot is restored again if training diverges again.
+    loop.history = {name: list(values) for name, values in loop.history.items()}
+    if "best_model" in states:
+        loop.best_state = (states["best_model"], states["best_guide"])
+    return loop
+
+
+class Checkpointer:
+    """Saves a run to ``path`` every ``every`` epochs, and when the run ends or diverges."""
+
+    def __init__(self, path, every, run_config):
+        self.path, self.every, self.run_config = path, every, run_config
+
+    def save(self, snapshot):
+        save(self.path, snapshot, self.run_config)
+
+
+def save(path, snapshot, run_config):
+    """Write ``snapshot`` to ``path`` atomically, with the configuration of the run it belongs to."""
+    serialization.write(path, {"run": run_config, **snapshot.config}, snapshot.states, CHECKPOINT_FILE)
+
+
+def load(path, run_config):
+    """
+    The :class:`Snapshot` at ``path``, after checking that it belongs to a run
+    configured as ``run_config`` (only ``max_epochs`` may differ: a resumed
+    run may be extended or shortened).
+    """
+    try:
+        config, states = serialization.read(path, CHECKPOINT_FILE)
+    except serialization.ModelFileError as error:
+        raise CheckpointError(str(error)) from None
+    _check_same_run(config.pop("run"), run_config, path)
+    return Snapshot(config, states)
+
+
+def _check_same_run(saved, current, path):
+    # Round-trip through JSON so that tuples, numpy scalars, ... compare as they were saved.
+    current = json.loads(json.dumps(current))
+    where = f"the checkpoint {str(path)!r}"
+    if saved["model"] != current["model"]:
+        raise CheckpointError(f"{where} is of model {saved['model']!r}, this run trains {current['model']!r}")
+    if saved["num_features"] != current["num_features"]:
+        raise CheckpointError(
+            f"{where} was trained on data with {saved['num_features']} features, this data has "
+            f"{current['num_features']}; resume with the data the run started on"
+        )
+    if saved["num_data"] != current["num_data"]:
+        raise CheckpointError(
+            f"{where} was trained on {saved['num_data']} training points, this run has {current['num_data']}; "
+            "resume with the data and validation_fraction the run started with"
+        )
+    # Before the settings: some hyperparameters are calibrated from the data.
+    if saved["feature_means"] != current["feature_means"] or saved["feature_variances"] != current["feature_variances"]:
+        raise CheckpointError(
+            f"{where} was trained on different data of the same shape (feature means or variances differ); "
+            "resume with the data the run started on"
+        )
+    changed = [name for name in ("latent_dim", "likelihood") if saved[name] != current[name]]
+    for part in ("hyperparameters", "training"):
+        names = sorted((saved[part].keys() | current[part].keys()) - {"max_epochs"})
+        changed += [name for name in names if saved[part].get(name) != current[part].get(name)]
+    if changed:
+        raise CheckpointError(
+            f"{where} was written by a run with different settings ({', '.join(changed)}); "
+            "resume with the settings the run started with (only max_epochs may change)"
+        )

@@ -1,0 +1,216 @@
+"""
+How a model is trained: the settings of :func:`pyro_sparse.train`, grouped.
+
+The common knobs (``max_epochs``, ``batch_size``, ``lr``, ``seed``,
+``device``, ``progress``) are plain keyword arguments of ``train``; the rest
+are fields of four small config objects, each documented here once:
+
+.. code-block:: python
+
+    pyro_sparse.train("ssl_dgm", X, schedule=Schedule(kl_warmup_epochs=8, validation_fraction=0.1),
+                      checkpointing=Checkpointing(path="run.ckpt"), hardware=Hardware(precision="bf16"))
+
+Every field is checked when its object is made, so a bad value fails before
+any data is read.
+"""
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+from pyro_sparse.nn.precision import PRECISIONS
+
+
+def is_count(value, minimum=1):
+    """An integer (not a bool) of at least ``minimum``."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= minimum
+
+
+def _require(condition, message):
+    if not condition:
+        raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class Optimization:
+    """
+    What one gradient step computes.
+
+    :param float global_lr: Adam learning rate of the point-estimated global
+        sites (a mask W, a linear dictionary A, noise variances); ``None``
+        uses ``lr``.  A linear dictionary learns at another pace than the
+        networks (Fallah & Rozell 2022, Appendix D, give it a 50x larger rate).
+    :param float lr_decay: every learning rate is multiplied by this after
+        each epoch (the same appendix: 0.99).
+    :param int num_particles: J code draws per data point and step.
+    :param str particle_reduction: ``"mean"`` averages the J particles' ELBO
+        terms (the usual J-sample estimate); ``"max"`` keeps each data point's
+        best particle, the max-ELBO sampling of Fallah & Rozell (2022, Eq. 9;
+        :class:`~pyro_sparse.infer.elbo.MaxParticleELBO`).
+    """
+
+    global_lr: float = None
+    lr_decay: float = 1.0
+    num_particles: int = 1
+    particle_reduction: str = "mean"
+
+    def __post_init__(self):
+        _require(self.global_lr is None or 0 < self.global_lr < math.inf,
+                 f"global_lr must be positive or None, got {self.global_lr!r}")
+        _require(0 < self.lr_decay <= 1, f"lr_decay must be in (0, 1], got {self.lr_decay!r}")
+        _require(is_count(self.num_particles), f"num_particles must be a positive integer, got {self.num_particles!r}")
+        _require(self.particle_reduction in ("mean", "max"),
+                 f"particle_reduction must be 'mean' or 'max', got {self.particle_reduction!r}")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """
+    How training unfolds over epochs.
+
+    :param float kl_warmup_epochs: the KL weight of the local codes rises
+        linearly from 0 to 1 over this many epochs (Bowman et al. 2016), so
+        the decoder learns to use z before the KL can collapse q(z|x) onto the
+        prior; priors with fitting hooks (the SSL's proximal step) ramp their
+        penalty alike.  ``None``: a quarter of ``max_epochs``.  After the
+        warm-up the objective is the paper's ELBO.
+    :param float validation_fraction: share of the data held out to report a
+        validation loss each epoch (-ELBO per validation point).
+    :param int early_stopping: patience in epochs on the validation loss
+        (needs ``validation_fraction > 0``); the best epoch's state is restored.
+    """
+
+    kl_warmup_epochs: float = None
+    validation_fraction: float = 0.0
+    early_stopping: int = None
+
+    def __post_init__(self):
+        _require(self.kl_warmup_epochs is None or 0 <= self.kl_warmup_epochs < math.inf,
+                 f"kl_warmup_epochs must be >= 0 or None, got {self.kl_warmup_epochs!r}")
+        _require(0 <= self.validation_fraction < 1,
+                 f"validation_fraction must be in [0, 1), got {self.validation_fraction!r}")
+        _require(self.early_stopping is None or is_count(self.early_stopping),
+                 f"early_stopping must be a positive integer (epochs) or None, got {self.early_stopping!r}")
+        _require(not self.early_stopping or self.validation_fraction > 0,
+                 "early_stopping needs validation data: set validation_fraction > 0")
+
+    def warmup_epochs(self, max_epochs):
+        """The KL warm-up length of a run of ``max_epochs`` epochs."""
+        return max_epochs / 4 if self.kl_warmup_epochs is None else self.kl_warmup_epochs
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """
+    Saving, resuming and what to do when training diverges.
+
+    :param path: save the whole training state (modules, optimizer,
+        learning-rate schedule, random number generators, history) to this
+        file every ``every`` epochs, at the end and on divergence, replacing
+        it atomically; ``None``: no checkpoints.
+    :param int every: epochs between checkpoints.
+    :param resume_from: go on from a checkpoint written by a run with the same
+        data and settings (``max_epochs`` may differ): the run ends with the same
+        parameters as one that was never interrupted.  With ``max_epochs`` at or
+        below the checkpoint's epoch, the saved model is returned untrained.
+    :param str on_divergence: when the loss or a parameter becomes NaN/inf,
+        ``"raise"`` raises :class:`~pyro_sparse.infer.loop.TrainingDivergedError`
+        (its ``fitted`` is the model at the end of the last good epoch);
+        ``"rollback"`` returns to the start of the epoch, halves every learning
+        rate and trains on, up to ``max_rollbacks`` times.
+    :param int max_rollbacks: see ``on_divergence``.
+    """
+
+    path: object = None
+    every: int = 1
+    resume_from: object = None
+    on_divergence: str = "raise"
+    max_rollbacks: int = 3
+
+    def __post_init__(self):
+        _require(is_count(self.every), f"every must be a positive integer (epochs), got {self.every!r}")
+        _require(self.on_divergence in ("raise", "rollback"),
+                 f"on_divergence must be 'raise' or 'rollback', got {self.on_divergence!r}")
+        _require(is_count(self.max_rollbacks, minimum=0),
+                 f"max_rollbacks must be a non-negative integer, got {self.max_rollbacks!r}")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """
+    Numerical precision and parallelism (the device is ``train``'s ``device``).
+
+    :param str precision: ``"fp32"``; ``"bf16"`` runs the decoder networks'
+        forward passes under :func:`torch.autocast` in bfloat16 on CPU or CUDA
+        and casts their outputs back, so likelihoods, KL terms, priors and
+        parameters stay float32 (outputs agree to ~0.5 %; faster on GPUs and
+        CPUs with bfloat16 instructions, slower on others); ``"tf32"`` lets
+        float32 matrix products on CUDA use TensorFloat-32 during the fit.  A
+        fitted model evaluates its decoder in the precision it was trained in
+        (:meth:`~pyro_sparse.fitted.FittedModel.set_precision` changes it).
+    :param str strategy: ``None`` (one process) or ``"ddp"``: data-parallel
+        training over :mod:`torch.distributed` in every process torchrun starts
+        (``batch_size`` is then the global batch; only rank 0 writes files; see
+        :mod:`pyro_sparse.infer.distributed`).
+    """
+
+    precision: str = "fp32"
+    strategy: str = None
+
+    def __post_init__(self):
+        _require(self.precision in PRECISIONS,
+                 "precision must be 'fp32', 'bf16' (decoder networks in bfloat16) or 'tf32' (TensorFloat-32 "
+                 f"matrix products on CUDA), got {self.precision!r}")
+        _require(self.strategy in (None, "ddp"),
+                 f"strategy must be None (one process) or 'ddp' (launched by torchrun), got {self.strategy!r}")
+
+
+CONFIGS = {"optimization": Optimization, "schedule": Schedule, "checkpointing": Checkpointing, "hardware": Hardware}
+
+
+def config_field_owner(name):
+    """The config class with a field ``name`` (for error messages), or None."""
+    return next((cls for cls in CONFIGS.values() if name in {f.name for f in fields(cls)}), None)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """Everything :func:`pyro_sparse.train` was told about how to train, checked once."""
+
+    max_epochs: int = 200
+    batch_size: int = 100
+    lr: float = 0.01
+    seed: int = 0
+    device: str = "auto"
+    progress: bool = True
+    optimization: Optimization = field(default_factory=Optimization)
+    schedule: Schedule = field(default_factory=Schedule)
+    checkpointing: Checkpointing = field(default_factory=Checkpointing)
+    hardware: Hardware = field(default_factory=Hardware)
+
+    def __post_init__(self):
+        _require(is_count(self.max_epochs), f"max_epochs must be a positive integer, got {self.max_epochs!r}")
+        _require(is_count(self.batch_size), f"batch_size must be a positive integer, got {self.batch_size!r}")
+        _require(isinstance(self.lr, (int, float, np.number)) and 0 < self.lr < math.inf,
+                 f"lr must be positive and finite, got {self.lr!r}")
+        for name, cls in CONFIGS.items():
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                raise TypeError(
+                    f"{name} must be a {cls.__name__} (from pyro_sparse import {cls.__name__}), got "
+                    f"{type(value).__name__}" + (f"; write {name}={cls.__name__}(**...)" if isinstance(value, dict) else "")
+                )
+
+    @property
+    def warmup_epochs(self):
+        return self.schedule.warmup_epochs(self.max_epochs)
+
+    def record(self):
+        """The settings that determine the result, as saved with a model (JSON-able)."""
+        optimization, schedule = asdict(self.optimization), asdict(self.schedule)
+        return {
+            "max_epochs": int(self.max_epochs), "batch_size": int(self.batch_size), "lr": float(self.lr),
+            "seed": int(self.seed), **optimization, "kl_warmup_epochs": schedule["kl_warmup_epochs"],
+            "precision": self.hardware.precision,
+        }

@@ -1,0 +1,302 @@
+"""
+The SVI loop: minibatch Adam steps on the full-data -ELBO, with the priors'
+fitting hooks around each step, a KL warm-up, divergence handling and
+checkpoints.
+
+Each step minimises the full-data -ELBO estimated on one minibatch (the data
+plate scales the batch by N / batch size).  Around each optimizer step the
+loop calls ``before_step`` / ``after_step`` of every prior in
+``model.site_priors`` on the guide's point estimate of that site (e.g. the
+SSL proximal step and E-step of Moran et al. 2022, Algorithm 1), giving
+``after_step`` Adam's per-coordinate step sizes.  Modules with training
+schedules define ``schedule(epoch, iteration)``, called before every step.
+"""
+
+import copy
+import math
+import warnings
+
+import torch
+from tqdm.auto import tqdm
+
+from pyro_sparse.infer import checkpoints
+from pyro_sparse.infer.config import TrainingSettings
+from pyro_sparse.infer.handlers import scale_local_latents
+from pyro_sparse.infer.importance import log_importance_weights
+
+
+class TrainingDivergedError(RuntimeError):
+    """
+    The loss or a parameter became NaN or infinite.  ``history`` holds the
+    losses up to the last good epoch; :func:`pyro_sparse.train` adds
+    ``fitted``, the model as it was then.
+    """
+
+    def __init__(self, message, history=None):
+        super().__init__(message)
+        self.history = history
+
+
+class ELBOLoss(torch.nn.Module):
+    """-ELBO of ``model``/``guide`` as one module (which DDP can wrap to all-reduce the gradients of both)."""
+
+    def __init__(self, model, guide, elbo):
+        super().__init__()
+        self.model = model
+        self.guide = guide
+        self.elbo = elbo
+
+    def forward(self, x, num_data):
+        return self.elbo.differentiable_loss(self.model, self.guide, x, num_data)
+
+
+class SingleProcess:
+    """
+    Training in one process: whole minibatches and the plain -ELBO.  The
+    interface of :class:`~pyro_sparse.infer.distributed.DataParallel`.
+    """
+
+    def __init__(self, model, guide, elbo):
+        self.loss = ELBOLoss(model, guide, elbo)
+
+    def batches(self, data, batch_size, generator, device):
+        """(minibatch, weight of its loss) pairs for one epoch of ``data`` (a :class:`~pyro_sparse.data.Dataset`)."""
+        for x in data.minibatches(batch_size, generator, device):
+            yield x, 1.0
+
+    def mean(self, value):
+        """The mean of a float over the processes."""
+        return value
+
+
+def adam_step_sizes(optimizer, param):
+    """
+    Adam's per-coordinate step size lr / (sqrt(v̂) + eps) for ``param``, and
+    its group's lr: the metric in which a prior's proximal step must be taken
+    to match the step the optimizer just made on the smooth part of the loss.
+    """
+    group = next(g for g in optimizer.param_groups if any(p is param for p in g["params"]))
+    state = optimizer.state[param]
+    beta2 = group["betas"][1]
+    v_hat = state["exp_avg_sq"] / (1 - beta2 ** float(state["step"]))
+    return group["lr"] / (v_hat.sqrt() + group["eps"]), group["lr"]
+
+
+@torch.no_grad()
+def mean_negative_elbo(model, guide, data, batch_size, device):
+    """-ELBO per data point of ``data`` (one z draw each), without global prior terms."""
+    total = 0.0
+    for x in data.minibatches(batch_size, device=device, shuffle=False):
+        total -= log_importance_weights(model, guide, x).sum().item()
+    return total / data.num_data
+
+
+def _optimizer(model, guide, settings):
+    """Adam over both modules: one group for networks, one for point-estimated global sites (``global_lr``)."""
+    params = list({id(p): p for p in (*model.parameters(), *guide.parameters())}.values())
+    global_ids = {id(p) for p in guide.unconstrained.values()}
+    global_lr = settings.optimization.global_lr
+    groups = [
+        {"params": [p for p in params if id(p) not in global_ids], "lr": settings.lr},
+        {"params": [p for p in params if id(p) in global_ids], "lr": settings.lr if global_lr is None else global_lr},
+    ]
+    optimizer = torch.optim.Adam([g for g in groups if g["params"]], foreach=True)
+    return optimizer, torch.optim.lr_scheduler.ExponentialLR(optimizer, settings.optimization.lr_decay)
+
+
+class Trainer:
+    """
+    One SVI run of ``model``/``guide`` under ``elbo``.
+
+    :param TrainingSettings settings: learning rates, epochs, batch size,
+        warm-up, early stopping, divergence handling.
+    :param device: where minibatches go.
+    :param torch.Generator generator: draws the minibatch order.
+    :param checkpoint: a :class:`~pyro_sparse.infer.checkpoints.Checkpointer`, or ``None``.
+    :param strategy: :class:`SingleProcess` (default) or a
+        :class:`~pyro_sparse.infer.distributed.DataParallel`.
+    """
+
+    def __init__(self, model, guide, elbo, settings=None, device="cpu", generator=None, checkpoint=None,
+                 strategy=None):
+        self.model, self.guide, self.settings = model, guide, settings or TrainingSettings()
+        self.device, self.generator, self.checkpoint = device, generator, checkpoint
+        self.strategy = strategy or SingleProcess(model, guide, elbo)
+        self.optimizer, self.scheduler = _optimizer(model, guide, self.settings)
+        self.hooked = [(prior, guide.unconstrained[name]) for name, prior in model.site_priors.items()]
+        self.scheduled = [m for m in (model, guide) if hasattr(m, "schedule")]
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.watched = [t for t in (*params, *model.buffers(), *guide.buffers()) if t.is_floating_point()]
+
+    @property
+    def _live(self):
+        return self.model, self.guide, self.optimizer, self.scheduler, self.generator
+
+    def fit(self, train_data, validation_data=None, resume=None):
+        """
+        Train on ``train_data`` (a :class:`~pyro_sparse.data.Dataset`) until
+        ``max_epochs`` or early stopping, resuming from a
+        :class:`~pyro_sparse.infer.checkpoints.Snapshot` if given.  Returns
+        the history: per-epoch ``train_loss`` (full -ELBO / N) and
+        ``validation_loss`` (-ELBO per validation point).
+        """
+        settings = self.settings
+        for prior, param in self.hooked:
+            prior.update(param)
+        self.loop = checkpoints.LoopState() if resume is None else checkpoints.restore(resume, *self._live)
+        self.last_good = checkpoints.capture(self.loop, *self._live)  # restored after a divergence
+        self.batch_size = min(settings.batch_size, train_data.num_data)
+        self.steps_per_epoch = math.ceil(train_data.num_data / self.batch_size)
+        self.warmup_steps = max(1.0, settings.warmup_epochs * self.steps_per_epoch)
+        bar = tqdm(total=settings.max_epochs, initial=self.loop.epoch, disable=not settings.progress, desc="epochs")
+        try:
+            while self.loop.epoch < settings.max_epochs:
+                if not self._epoch(train_data):
+                    continue  # rolled back: the epoch starts again
+                bar.update()
+                if self._end_epoch(train_data, validation_data):
+                    break
+        finally:
+            bar.close()
+        self._finish()
+        return self.loop.history
+
+    def _epoch(self, data):
+        """One pass over ``data``; False if it diverged and was rolled back."""
+        self.model.train()
+        self.guide.train()
+        self.epoch_loss, self.num_steps = 0.0, 0
+        try:
+            for x, weight in self.strategy.batches(data, self.batch_size, self.generator, self.device):
+                self._step(x, weight, data.num_data)
+        except TrainingDivergedError as error:
+            self._on_divergence(error)
+            return False
+        return True
+
+    def _step(self, x, weight, num_data):
+        loop = self.loop
+        for module in self.scheduled:
+            module.schedule(loop.step / self.steps_per_epoch, loop.step)
+        self.optimizer.zero_grad(set_to_none=True)
+        warmup = min(1.0, (loop.step + 1) / self.warmup_steps)
+        with scale_local_latents(warmup):
+            loss = weight * self._differentiable_loss(x, num_data)
+        loss.backward()
+        for prior, param in self.hooked:
+            prior.before_step(param)
+        self.optimizer.step()
+        loop.step += 1
+        for prior, param in self.hooked:
+            step_sizes, group_lr = adam_step_sizes(self.optimizer, param)
+            prior.after_step(param, step_sizes, group_lr, strength=warmup)
+        self._check_finite(self.watched, "a parameter")
+        self.epoch_loss += loss.item()
+        self.num_steps += 1
+
+    def _differentiable_loss(self, x, num_data):
+        try:
+            loss = self.strategy.loss(x, num_data)
+        except ValueError as error:
+            # Finite but huge parameters overflow inside the networks; the first
+            # to notice is a distribution's argument check.
+            if "found invalid values" not in str(error):
+                raise
+            check = str(error).split(", but found")[0]
+            raise self._diverged(f"a distribution got arguments outside its support ({check})") from None
+        self._check_finite([loss], "the loss")
+        return loss
+
+    def _diverged(self, what):
+        return TrainingDivergedError(f"training diverged at epoch {self.loop.epoch}, step {self.loop.step}: {what}")
+
+    def _check_finite(self, tensors, what):
+        # One device sync for all tensors.
+        if not torch.stack([torch.isfinite(t).all() for t in tensors]).all():
+            raise self._diverged(f"{what} became NaN/inf")
+
+    def _end_epoch(self, train_data, validation_data):
+        """Record the epoch's losses, take a snapshot, checkpoint; True to stop early."""
+        loop, strategy = self.loop, self.strategy
+        self.scheduler.step()
+        loop.history["train_loss"].append(strategy.mean(self.epoch_loss) / self.num_steps / train_data.num_data)
+        if validation_data is not None:
+            self._validate(validation_data)
+        loop.epoch += 1
+        patience = self.settings.schedule.early_stopping
+        stop = bool(patience) and loop.epochs_without_improvement >= patience
+        self.last_good = checkpoints.capture(loop, *self._live)
+        every = self.checkpoint.every if self.checkpoint is not None else None
+        if every is not None and (stop or loop.epoch == self.settings.max_epochs or loop.epoch % every == 0):
+            self.checkpoint.save(self.last_good)
+        return stop
+
+    def _validate(self, validation_data):
+        loop = self.loop
+        self.model.eval()
+        self.guide.eval()
+        loss = self.strategy.mean(
+            mean_negative_elbo(self.model, self.guide, validation_data, self.batch_size, self.device)
+        )
+        loop.history["validation_loss"].append(loss)
+        if loss < loop.best_loss:
+            loop.best_loss = loss
+            keep = self.settings.schedule.early_stopping
+            loop.best_state = copy.deepcopy((self.model.state_dict(), self.guide.state_dict())) if keep else None
+            loop.epochs_without_improvement = 0
+        else:
+            loop.epochs_without_improvement += 1
+
+    def _on_divergence(self, error):
+        """Roll back to the last good epoch with halved learning rates, or stop there and raise."""
+        policy = self.settings.checkpointing
+        if policy.on_divergence == "raise" or self.loop.rollbacks >= policy.max_rollbacks:
+            advice = (
+                "lower lr, check the data, or pass checkpointing=Checkpointing(on_divergence='rollback')"
+                if policy.on_divergence == "raise"
+                else f"{policy.max_rollbacks} rollbacks with halved learning rates did not help; lower lr or "
+                "check the data"
+            )
+            raise self._stop_at_last_good(error, advice) from None
+        halved = [group["lr"] / 2 for group in self.optimizer.param_groups]
+        rollbacks = self.last_good.config["loop"]["rollbacks"] + 1
+        self.loop = checkpoints.restore(self.last_good, *self._live)
+        self.loop.rollbacks = rollbacks
+        for group, halved_lr in zip(self.optimizer.param_groups, halved):
+            group["lr"] = halved_lr
+        warnings.warn(
+            f"{error}; rolled back to the end of epoch {self.loop.epoch} and halved the learning rates to "
+            f"{halved} (rollback {rollbacks} of {policy.max_rollbacks})",
+            stacklevel=4,
+        )
+        self.last_good = checkpoints.capture(self.loop, *self._live)
+
+    def _stop_at_last_good(self, error, advice):
+        """Put the run back to the last good epoch (saved, if checkpointing) and return the error to raise."""
+        self.loop = checkpoints.restore(self.last_good, *self._live)
+        saved = ""
+        if self.checkpoint is not None:
+            self.checkpoint.save(self.last_good)
+            saved = f" and saved in the checkpoint {str(self.checkpoint.path)!r}"
+        self._finish()
+        return TrainingDivergedError(
+            f"{error}; {advice}. The model is back at the end of epoch {self.loop.epoch}{saved}",
+            history=self.loop.history,
+        )
+
+    def _finish(self):
+        if self.settings.schedule.early_stopping and self.loop.best_state is not None:
+            self.model.load_state_dict(self.loop.best_state[0])
+            self.guide.load_state_dict(self.loop.best_state[1])
+        self.model.eval()
+        self.guide.eval()
+
+
+def fit(model, guide, elbo, train_data, *, validation_data=None, settings=None, device="cpu", generator=None,
+        checkpoint=None, resume=None, strategy=None):
+    """
+    Fit ``model``/``guide`` by SVI on ``train_data`` and return the loss
+    history; see :class:`Trainer` for the arguments.
+    """
+    trainer = Trainer(model, guide, elbo, settings, device, generator, checkpoint, strategy)
+    return trainer.fit(train_data, validation_data, resume)

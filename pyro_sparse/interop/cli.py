@@ -1,0 +1,313 @@
+"""The ``pyro-sparse`` command line."""
+
+import argparse
+import json
+import os
+import sys
+import warnings
+import zipfile
+
+import numpy as np
+import scipy.sparse as sp
+
+from pyro_sparse import evaluation
+from pyro_sparse.api import train
+from pyro_sparse.data import DataError
+from pyro_sparse.data.images import DatasetNotInstalledError
+from pyro_sparse.data.real import REAL_DATA
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
+from pyro_sparse.infer import distributed
+from pyro_sparse.infer.config import Checkpointing, Hardware, Schedule
+from pyro_sparse.infer.loop import TrainingDivergedError
+from pyro_sparse.nn import DecoderMemoryError
+from pyro_sparse.priors import LATENT_PRIORS, MASK_PRIORS
+from pyro_sparse.registry import MODELS
+from pyro_sparse.svi import SVIModel
+
+
+def read_data(source, n=1000, rho=0.6, seed=0):
+    """(X, feature names or None, truth or None, default likelihood) for ``--data``."""
+    if source == "synthetic":
+        data = synthetic_sparse_dgm(n=n, rho=rho, seed=seed)
+        return data.X, [f"x{j + 1}" for j in range(data.X.shape[1])], data, "gaussian"
+    if source in REAL_DATA:
+        data = REAL_DATA[source]()
+        return data.X, list(data.feature_names), None, data.likelihood
+    if not os.path.isfile(source):
+        raise DataError(f"--data {source!r}: no such file (or use 'synthetic', {', '.join(REAL_DATA)})")
+    extension = os.path.splitext(source)[1].lower()
+    if extension == ".npy":
+        try:
+            return np.load(source, allow_pickle=False), None, None, "gaussian"
+        except (ValueError, OSError) as error:
+            raise DataError(f"{source!r} is not an array written by numpy.save (without pickling): {error}") from None
+    if extension == ".npz":
+        try:
+            return sp.load_npz(source), None, None, "gaussian"
+        except (ValueError, KeyError, zipfile.BadZipFile):
+            try:
+                archive = np.load(source, allow_pickle=False)
+            except (ValueError, OSError, zipfile.BadZipFile) as error:
+                raise DataError(
+                    f"{source!r} is not an archive written by numpy.savez or scipy.sparse.save_npz: {error}"
+                ) from None
+            with archive:
+                if len(archive.files) != 1:
+                    raise DataError(f"{source!r} holds arrays {archive.files}; save exactly one") from None
+                return archive[archive.files[0]], None, None, "gaussian"
+    if extension in (".csv", ".txt", ".tsv"):
+        delimiter = "\t" if extension == ".tsv" else ","
+        with open(source) as stream:
+            header = [name.strip().strip('"').strip("'") for name in stream.readline().strip().split(delimiter)]
+        try:
+            [float(value) for value in header]
+            names, skip = None, 0
+        except ValueError:
+            names, skip = header, 1
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # "input contained no data": reported below
+                X = np.loadtxt(source, delimiter=delimiter, skiprows=skip, ndmin=2)
+        except ValueError as error:
+            raise DataError(f"{source!r} is not a numeric table: {error}") from None
+        if X.size == 0:
+            raise DataError(f"{source!r} has no data rows")
+        return X, names, None, "gaussian"
+    if extension == ".h5ad":
+        try:
+            import anndata
+        except ImportError:
+            raise DataError(f"{source!r}: reading .h5ad files needs anndata (pip install anndata)") from None
+        try:
+            adata = anndata.read_h5ad(source)
+        except (OSError, ValueError, KeyError) as error:
+            raise DataError(f"{source!r} is not a readable .h5ad file: {error}") from None
+        return adata, list(adata.var_names), None, "gaussian"
+    raise DataError(
+        f"--data {source!r}: use 'synthetic', {', '.join(REAL_DATA)} or a .csv, .tsv, .npy, .npz or .h5ad file"
+    )
+
+
+def _mask(fitted):
+    """ssl_dgm's (G x K) decoder mask, or None (oi_vae's W is (groups, K, p); nmf and the VAEs have none)."""
+    guide = getattr(fitted, "guide", None)
+    if guide is None or "W" not in guide.unconstrained:
+        return None
+    W = fitted.W_
+    return W if W.ndim == 2 else None
+
+
+def _has_ssl_prior(fitted):
+    return _mask(fitted) is not None and hasattr(fitted.model.site_priors["W"], "eta")
+
+
+def _describe(fitted, names, heldout):
+    """Lines reporting what was learned; ``heldout`` is fresh synthetic data with its truth, or None."""
+    lines = []
+    W = _mask(fitted)
+    if W is not None:
+        active = np.flatnonzero(np.abs(W).sum(0) > 0)
+        lines.append(f"factors in use: {len(active)} of {W.shape[1]} (columns of W not exactly zero)")
+        if _has_ssl_prior(fitted):
+            lines.append(f"eta (share of features per factor): {np.array2string(fitted.eta_, precision=3)}")
+        if W.shape[0] <= 30:
+            labels = names or [str(j) for j in range(W.shape[0])]
+            lines.append("W (rows: features, columns: factors; 0 = feature does not use the factor):")
+            width = max(len(str(label)) for label in labels)
+            for label, row in zip(labels, W):
+                lines.append(f"  {str(label):>{width}} " + " ".join(f"{v:7.3f}" for v in row))
+        for k, top in enumerate(fitted.top_features(5, names)):
+            if top:
+                lines.append(f"  factor {k}: top features {top}")
+    if heldout is not None:
+        z = fitted.transform(heldout.X)
+        lines.append(f"heldout MSE: {evaluation.mse(heldout.X, fitted.reconstruct(heldout.X)):.3f} (noise variance 0.5)")
+        lines.append(f"heldout NLL per point: {evaluation.heldout_nll(fitted.heldout_log_likelihood(heldout.X, 50)):.3f}")
+        lines.append(f"DCI disentanglement vs true factors: {evaluation.dci_disentanglement(z, heldout.z):.3f}")
+        if W is not None:
+            matching = evaluation.match_factors(z, heldout.z)
+            score = evaluation.support_f_score(fitted.W_, heldout.support, matching)
+            lines.append(f"F-score of the support of W vs the truth: {score:.3f}")
+    return lines
+
+
+def _image_shape(args, num_features):
+    """``--image-shape height,width`` checked before training, or None."""
+    if args.image_shape is None:
+        return None
+    if not isinstance(MODELS[args.model], SVIModel):
+        raise ValueError(f"--image-shape draws latent traversals through a decoder, which {args.model} does not have")
+    sizes = args.image_shape.split(",")
+    shape = tuple(int(size) for size in sizes) if all(size.strip().isdigit() for size in sizes) else ()
+    if len(shape) != 2 or shape[0] * shape[1] != num_features:
+        raise DataError(
+            f"--image-shape {args.image_shape!r}: give height,width with height * width = {num_features} features"
+        )
+    return shape
+
+
+def _figures(fitted, X, names, image_shape):
+    """The figures that apply to ``fitted``, by file name (needs matplotlib)."""
+    from pyro_sparse.interop import plots
+
+    figures = {"loss.png": plots.loss_curve(fitted.history_)}
+    W = _mask(fitted)
+    if W is not None:
+        figures["W.png"] = plots.mask_heatmap(W, names)
+        if np.any(W):
+            figures["top_features.png"] = plots.top_features(W, 10, names)
+    codes = fitted.transform(X)
+    if np.any(codes == 0):  # exactly sparse codes (vsc, tvsc, nmf)
+        figures["sparsity.png"] = plots.sparsity_histograms(codes)
+    if image_shape is not None:
+        figures["traversal.png"] = plots.latent_traversal(fitted, X[:1], image_shape)
+    return figures
+
+
+def _train(args):
+    X, names, truth, default_likelihood = read_data(args.data, args.n, args.rho, args.seed)
+    image_shape = _image_shape(args, X.shape[1])
+    os.makedirs(args.out, exist_ok=True)  # before training: a bad --out must not cost a run
+    hyper = dict(args.option)
+    for key in ("lambda0", "lambda1", "beta", "latent_prior", "mask_prior"):
+        if getattr(args, key) is not None:
+            hyper[key] = getattr(args, key)
+    if args.hidden_dims:
+        hyper["hidden_dims"] = args.hidden_dims
+    fitted = train(
+        args.model,
+        X,
+        layer=args.layer,
+        latent_dim=args.latent_dim,
+        likelihood=args.likelihood or default_likelihood,
+        max_epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        device=args.device,
+        progress=not args.quiet,
+        schedule=Schedule(validation_fraction=args.validation_fraction),
+        checkpointing=Checkpointing(path=args.checkpoint, resume_from=args.resume),
+        hardware=Hardware(precision=args.precision, strategy=args.strategy),
+        **hyper,
+    )
+    if not distributed.is_main_process():
+        return  # every rank ends with the same model; rank 0 reports and writes it
+    fitted.save(os.path.join(args.out, "model.pt"))
+    heldout = None if truth is None else synthetic_sparse_dgm(n=args.n, rho=args.rho, seed=args.seed + 10_000)
+    lines = _describe(fitted, names, heldout)
+    summary = {
+        "model": args.model,
+        "data": args.data,
+        "config": {k: v for k, v in fitted.config.items() if k != "feature_variances"},
+        "final_train_loss": fitted.history_["train_loss"][-1],
+        "report": lines,
+    }
+    if _mask(fitted) is not None:
+        summary["W"] = fitted.W_.tolist()
+    if _has_ssl_prior(fitted):
+        summary.update(eta=fitted.eta_.tolist(), inclusion_probs=fitted.inclusion_probs_.tolist())
+    with open(os.path.join(args.out, "summary.json"), "w") as stream:
+        json.dump(summary, stream, indent=2)
+    written = ["model.pt", "summary.json"]
+    try:
+        for name, figure in _figures(fitted, X, names, image_shape).items():
+            figure.savefig(os.path.join(args.out, name), dpi=120)
+            written.append(name)
+    except ImportError as error:
+        lines.append(f"(no figures: {error})")
+    print(f"trained {args.model} on {args.data}: {fitted.num_features} features, final loss {summary['final_train_loss']:.3f}")
+    print("\n".join(lines))
+    print(f"wrote {', '.join(written)} to {args.out}")
+
+
+def _option(text):
+    """``--option KEY=VALUE``: a model hyperparameter; VALUE is read as JSON (a number, true, null, ...) or a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip().isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE, e.g. alpha=0.3")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
+def _widths(text):
+    """``--hidden-dims``: comma-separated positive layer widths."""
+    widths = tuple(int(width) for width in text.split(",") if width.strip().isdigit())
+    if len(widths) != len(text.split(",")) or not all(widths):
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated positive widths, e.g. 50,50,50")
+    return widths
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="pyro-sparse", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    fit = commands.add_parser("train", help="fit a model and write it, a JSON summary and figures")
+    fit.add_argument(
+        "--model", default="ssl_dgm", choices=sorted(MODELS),
+        help="; ".join(f"{name}: {entry.summary}" for name, entry in sorted(MODELS.items())),
+    )
+    fit.add_argument(
+        "--data", default="synthetic",
+        help=f"'synthetic' (Moran et al. Eq. 9), a real data set ({', '.join(REAL_DATA)}; "
+        "see pyro_sparse.data.real) or a .csv/.tsv/.npy/.npz file",
+    )
+    fit.add_argument(
+        "--likelihood", default=None, choices=["gaussian", "multinomial", "bernoulli"],
+        help="default: the paper's for a real data set (multinomial for counts and ratings), else gaussian",
+    )
+    fit.add_argument("--latent-dim", type=int, default=5)
+    fit.add_argument("--hidden-dims", type=_widths, default=None, help="comma-separated widths, e.g. 50,50,50")
+    fit.add_argument("--epochs", type=int, default=200)
+    fit.add_argument("--batch-size", type=int, default=100)
+    fit.add_argument("--lr", type=float, default=0.01)
+    fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument("--lambda0", type=float, default=None)
+    fit.add_argument("--lambda1", type=float, default=None)
+    fit.add_argument("--beta", type=float, default=None)
+    fit.add_argument("--validation-fraction", type=float, default=0.0)
+    fit.add_argument("--device", default="auto")
+    fit.add_argument(
+        "--precision", default="fp32", choices=["fp32", "bf16", "tf32"],
+        help="bf16: decoder networks in bfloat16 (CPU or CUDA); tf32: TensorFloat-32 matmuls (CUDA only)",
+    )
+    fit.add_argument(
+        "--strategy", default=None, choices=["ddp"],
+        help="ddp: data-parallel over the processes torchrun starts "
+        "(torchrun --nproc_per_node=N -m pyro_sparse train --strategy ddp ...); --batch-size is the global batch",
+    )
+    fit.add_argument("--latent-prior", default=None, choices=sorted(LATENT_PRIORS), help="prior of the codes z")
+    fit.add_argument("--mask-prior", default=None, choices=sorted(MASK_PRIORS), help="prior of ssl_dgm's mask W")
+    fit.add_argument(
+        "--option", type=_option, action="append", default=[], metavar="KEY=VALUE",
+        help="any other hyperparameter of the model or its priors (repeatable), e.g. --option alpha=0.3",
+    )
+    fit.add_argument("--layer", default=None, help="for an .h5ad file: fit adata.layers[LAYER] instead of adata.X")
+    fit.add_argument("--checkpoint", default=None, help="save the training state to this file every epoch")
+    fit.add_argument("--resume", default=None, help="go on from a checkpoint file written by --checkpoint")
+    fit.add_argument("--n", type=int, default=1000, help="data points for --data synthetic")
+    fit.add_argument("--rho", type=float, default=0.6, help="factor correlation for --data synthetic")
+    fit.add_argument("--out", default="pyro-sparse-output")
+    fit.add_argument("--quiet", action="store_true", help="no progress bar")
+    fit.add_argument(
+        "--image-shape", default=None,
+        help="height,width of each data point as an image: also writes latent traversals (traversal.png)",
+    )
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        _train(args)
+    except (
+        DataError, DatasetNotInstalledError, ValueError, TypeError, TrainingDivergedError, DecoderMemoryError, OSError
+    ) as error:
+        print(f"pyro-sparse: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

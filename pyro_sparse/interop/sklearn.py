@@ -1,0 +1,434 @@
+"""
+scikit-learn estimators over :func:`pyro_sparse.train`.
+
+Each class is a thin front for one registered model: ``fit`` calls
+``train(model=NAME, data=X, seed=..., **parameters)`` and keeps the
+:class:`~pyro_sparse.fitted.FittedModel` it returns in ``fitted_``; every other
+method reads from it.  So an estimator and ``train`` fit exactly the same
+model, and anything the fitted model offers beyond the scikit-learn interface
+(``spike_probabilities``, ``top_features``, ``to_arviz``, ...) is one
+attribute away::
+
+    from sklearn.model_selection import GridSearchCV
+    search = GridSearchCV(SparseVAE(latent_dim=5, max_epochs=50), {"lambda0": [1.0, 10.0]}, cv=3)
+    search.fit(X)                       # picks the λ0 with the best held-out log-likelihood
+    codes = search.best_estimator_.transform(X)
+    search.best_estimator_.fitted_.top_features(3)
+
+Conventions, as scikit-learn's:
+
+* The constructor stores its arguments and nothing else; they are checked
+  when ``fit`` runs.  Each class lists the hyperparameters most often tuned
+  (defaults: the model's own) and the main training settings (defaults:
+  ``train``'s, except ``progress=False`` and ``random_state=None``);
+  everything else ``train`` accepts for the model goes in ``model_options``,
+  a dict forwarded to it unchanged, config objects included, e.g.
+  ``model_options={"noise_nu": 5, "schedule": Schedule(early_stopping=10,
+  validation_fraction=0.1), "hardware": Hardware(precision="bf16")}``.
+* ``random_state`` is an int (the ``seed`` of ``train``: same int, same fit
+  on the same device), ``None`` or a ``numpy.random.RandomState`` (a seed is
+  drawn from it).  Note that ``train`` seeds the global random number
+  generators of ``random``, numpy and torch.
+* Learned attributes end in an underscore and raise
+  :class:`~sklearn.exceptions.NotFittedError` before ``fit``.
+* ``score(X)`` is the mean importance-weighted log-likelihood per data point
+  (higher is better), so model selection maximises it.
+
+Non-negative matrix factorisation is scikit-learn's own
+:class:`sklearn.decomposition.NMF`; ``train("nmf", ...)`` gives it the
+likelihood-based evaluation of the other models.
+"""
+
+import inspect
+
+import numpy as np
+import torch
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+)
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from pyro_sparse import registry
+from pyro_sparse.api import train
+
+try:
+    from sklearn.utils.validation import validate_data
+except ImportError:  # scikit-learn < 1.6 has the same function as a method
+    validate_data = BaseEstimator._validate_data
+
+# train()'s own arguments that the estimator sets from fit's arguments.
+_SET_BY_FIT = ("model", "data", "seed")
+# train()'s own arguments (not the model's hyperparameters).
+_TRAIN_ARGUMENTS = set(inspect.signature(train).parameters)
+
+
+def _seed(random_state):
+    """``train``'s integer seed from a scikit-learn ``random_state``."""
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        return int(random_state)
+    return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+
+
+def _fitted_property(name, doc):
+    """A learned attribute read from the fitted model, NotFittedError before ``fit``."""
+
+    def get(self):
+        check_is_fitted(self)
+        return getattr(self.fitted_, name)
+
+    return property(get, doc=doc)
+
+
+class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """
+    Base class: a registered model (``_model_name``) fitted by
+    :func:`pyro_sparse.train`.  Subclasses only declare their parameters in
+    ``__init__`` (scikit-learn reads them from its signature) and the learned
+    attributes their model has.
+    """
+
+    _model_name = None
+
+    history_ = _fitted_property("history_", "Training history: per-epoch losses and what the loop recorded.")
+
+    def __sklearn_is_fitted__(self):
+        # Not any attribute ending in "_": validation sets n_features_in_ before training.
+        return "fitted_" in vars(self)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # train() densifies sparse input one minibatch at a time
+        # The networks compute in float32, so codes are float32 whatever the input's precision.
+        tags.transformer_tags.preserves_dtype = ["float32"]
+        return tags
+
+    def _validate(self, X, reset):
+        # At least two points: the Gaussian noise prior is calibrated from feature variances.
+        return validate_data(
+            self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_min_samples=2 if reset else 1
+        )
+
+    def fit(self, X, y=None):
+        """
+        Fit the model to X (N x G; dense or scipy.sparse) with
+        :func:`pyro_sparse.train`.  ``y`` is ignored.
+        """
+        X = self._validate(X, reset=True)
+        parameters = self.get_params(deep=False)
+        random_state = parameters.pop("random_state")
+        options = dict(parameters.pop("model_options") or {})
+        repeated = sorted(set(options) & (set(parameters) | set(_SET_BY_FIT)))
+        if repeated:
+            raise ValueError(
+                f"model_options sets {repeated}, which {type(self).__name__} sets itself; "
+                "pass them as constructor parameters (the seed as random_state) instead"
+            )
+        # A prior's hyperparameter at its default does not apply to another
+        # prior (lambda0 with mask_prior="horseshoe"): leave it out.
+        chosen = {**parameters, **options}
+        applies = registry.get_entry(self._model_name).option_names(chosen.get("latent_prior"), chosen.get("mask_prior"))
+        defaults = inspect.signature(type(self).__init__).parameters
+        parameters = {
+            k: v for k, v in parameters.items()
+            if k in applies or k in _TRAIN_ARGUMENTS or v != defaults[k].default
+        }
+        self.fitted_ = train(model=self._model_name, data=X, seed=_seed(random_state), **parameters, **options)
+        return self
+
+    def transform(self, X):
+        """Codes of X, (N, latent_dim): the posterior mode (see :meth:`FittedModel.transform`)."""
+        check_is_fitted(self)
+        return self.fitted_.transform(self._validate(X, reset=False))
+
+    def reconstruct(self, X):
+        """E[x | z = E_q[z | x]], (N, G)."""
+        check_is_fitted(self)
+        return self.fitted_.reconstruct(self._validate(X, reset=False))
+
+    def score(self, X, y=None):
+        """
+        Mean importance-weighted estimate of log p(x) per data point of X
+        (100 draws each; higher is better); ``y`` is ignored.  Per-point
+        values: ``fitted_.heldout_log_likelihood(X)``.
+        """
+        check_is_fitted(self)
+        X = self._validate(X, reset=False)
+        # Draws seeded by the fit's seed: scoring is repeatable, and candidates
+        # in a model search are compared on common random numbers.
+        with torch.random.fork_rng():
+            torch.manual_seed(self.fitted_.config["training"]["seed"])
+            return float(np.mean(self.fitted_.heldout_log_likelihood(X)))
+
+    def save(self, path):
+        """
+        Write the fitted model to ``path``; :func:`pyro_sparse.load` reads it
+        back as a :class:`~pyro_sparse.fitted.FittedModel` without running code
+        from the file (pickle/joblib keep the whole estimator, but loading a
+        pickle runs code).
+        """
+        check_is_fitted(self)
+        self.fitted_.save(path)
+
+    @property
+    def _n_features_out(self):
+        # Names the output columns (sparsevae0, sparsevae1, ...) for get_feature_names_out.
+        check_is_fitted(self)
+        return self.fitted_.config["latent_dim"]
+
+
+_W_DOC = "The decoder mask W: see the model's ``FittedModel.W_``."
+
+
+class SparseVAE(SVIEstimator):
+    """
+    Sparse VAE of Moran et al. (2022) (model ``ssl_dgm``): a Spike-and-Slab
+    Lasso prior on the per-feature decoder mask W.
+
+    Parameters are those of :func:`pyro_sparse.train` for ``ssl_dgm``.  Only
+    the hyperparameters most often tuned are listed; the rest of ``train``'s
+    arguments for this model (``mask_prior``, ``prior_covariance``, ``noise_nu``,
+    the ``optimization`` / ``schedule`` / ... configs) go in ``model_options``,
+    a dict forwarded to ``train``.
+
+    Learned attributes: ``fitted_`` (the :class:`~pyro_sparse.fitted.FittedModel`),
+    ``W_`` (G, K), ``inclusion_probs_`` (G, K), ``eta_`` (K,), ``history_``,
+    ``n_features_in_``.
+    """
+
+    _model_name = "ssl_dgm"
+
+    W_ = _fitted_property("W_", "The decoder mask W, (G, K); entries in the spike are exactly 0.")
+    inclusion_probs_ = _fitted_property("inclusion_probs_", "E[γ_jk | w_jk, η_k] (Eq. 57), (G, K).")
+    eta_ = _fitted_property("eta_", "η_k, the share of features each factor is expected to use, (K,).")
+
+    def __init__(
+        self,
+        latent_dim=5,
+        *,
+        hidden_dims=(50, 50, 50),
+        lambda0=10.0,
+        lambda1=1.0,
+        a=1.0,
+        b=None,
+        beta=1.0,
+        likelihood="gaussian",
+        max_epochs=200,
+        batch_size=100,
+        lr=0.01,
+        random_state=None,
+        device="auto",
+        progress=False,
+        model_options=None,
+    ):
+        self.latent_dim = latent_dim
+        self.hidden_dims = hidden_dims
+        self.lambda0 = lambda0
+        self.lambda1 = lambda1
+        self.a = a
+        self.b = b
+        self.beta = beta
+        self.likelihood = likelihood
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.random_state = random_state
+        self.device = device
+        self.progress = progress
+        self.model_options = model_options
+
+
+class VAE(SVIEstimator):
+    """
+    VAE / β-VAE with a dense decoder (model ``vae``), the sparse VAE's
+    baseline.
+
+    Only the hyperparameters most often tuned are listed; the rest of
+    ``train``'s arguments for this model go in ``model_options``, a dict
+    forwarded to ``train``.
+
+    Learned attributes: ``fitted_``, ``history_``, ``n_features_in_``.
+    """
+
+    _model_name = "vae"
+
+    def __init__(
+        self,
+        latent_dim=5,
+        *,
+        hidden_dims=(50, 50, 50),
+        beta=1.0,
+        noise="global",
+        likelihood="gaussian",
+        max_epochs=200,
+        batch_size=100,
+        lr=0.01,
+        random_state=None,
+        device="auto",
+        progress=False,
+        model_options=None,
+    ):
+        self.latent_dim = latent_dim
+        self.hidden_dims = hidden_dims
+        self.beta = beta
+        self.noise = noise
+        self.likelihood = likelihood
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.random_state = random_state
+        self.device = device
+        self.progress = progress
+        self.model_options = model_options
+
+
+class VSC(SVIEstimator):
+    """
+    Variational sparse coding (model ``vsc``; Tonolini et al. 2019/2020):
+    spike-and-slab codes, exactly 0 where the spike is more probable.
+
+    Only the hyperparameters most often tuned are listed; the rest of
+    ``train``'s arguments for this model, including those of the latent
+    prior (``alpha``, ``num_pseudo_inputs``, ...) and of its guide
+    (``pretrain_epochs``, ``spike_estimator``, ...), go in ``model_options``,
+    a dict forwarded to ``train``: e.g. ``VSC(model_options={"alpha": 0.1})``.
+    ``fitted_.spike_probabilities(X)`` gives the
+    codes' γ.
+
+    Learned attributes: ``fitted_``, ``history_``, ``n_features_in_``.
+    """
+
+    _model_name = "vsc"
+
+    def __init__(
+        self,
+        latent_dim=5,
+        *,
+        hidden_dims=(400,),
+        beta=1.0,
+        latent_prior="spike_slab",
+        decoder="mlp",
+        likelihood="gaussian",
+        max_epochs=200,
+        batch_size=100,
+        lr=0.01,
+        random_state=None,
+        device="auto",
+        progress=False,
+        model_options=None,
+    ):
+        self.latent_dim = latent_dim
+        self.hidden_dims = hidden_dims
+        self.beta = beta
+        self.latent_prior = latent_prior
+        self.decoder = decoder
+        self.likelihood = likelihood
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.random_state = random_state
+        self.device = device
+        self.progress = progress
+        self.model_options = model_options
+
+
+class ThresholdedVSC(SVIEstimator):
+    """
+    Thresholded variational sparse coding (model ``tvsc``; Fallah & Rozell
+    2022): soft-thresholded Laplace or Gaussian codes.
+
+    Only the hyperparameters most often tuned are listed; the rest of
+    ``train``'s arguments for this model, including those of the latent
+    prior (``threshold``, ``learn_threshold``, ``prior_scale``, ...), go in
+    ``model_options``, a dict forwarded to ``train``: e.g.
+    ``ThresholdedVSC(latent_prior="thresholded_normal", model_options={"learn_threshold": True})``.
+
+    Learned attributes: ``fitted_``, ``history_``, ``n_features_in_``.
+    """
+
+    _model_name = "tvsc"
+
+    def __init__(
+        self,
+        latent_dim=5,
+        *,
+        hidden_dims=(256,),
+        latent_prior="thresholded_laplace",
+        beta=1.0,
+        decoder="mlp",
+        likelihood="gaussian",
+        max_epochs=200,
+        batch_size=100,
+        lr=0.01,
+        random_state=None,
+        device="auto",
+        progress=False,
+        model_options=None,
+    ):
+        self.latent_dim = latent_dim
+        self.hidden_dims = hidden_dims
+        self.latent_prior = latent_prior
+        self.beta = beta
+        self.decoder = decoder
+        self.likelihood = likelihood
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.random_state = random_state
+        self.device = device
+        self.progress = progress
+        self.model_options = model_options
+
+
+class OIVAE(SVIEstimator):
+    """
+    Output-interpretable VAE (model ``oi_vae``; Ainsworth et al. 2018): a
+    group-lasso map from the codes to each feature group, one generator per
+    group.
+
+    Only the hyperparameters most often tuned are listed; the rest of
+    ``train``'s arguments for this model go in ``model_options``, a dict
+    forwarded to ``train``.
+
+    Learned attributes: ``fitted_``, ``W_`` (groups, K, p), ``history_``,
+    ``n_features_in_``.
+    """
+
+    _model_name = "oi_vae"
+
+    W_ = _fitted_property("W_", "The latent-to-group maps, (groups, K, p); W_[g, k] is 0 where k does not reach g.")
+
+    def __init__(
+        self,
+        latent_dim=5,
+        *,
+        hidden_dims=(50, 50, 50),
+        lam=1.0,
+        group_input_dim=5,
+        groups=None,
+        beta=1.0,
+        likelihood="gaussian",
+        max_epochs=200,
+        batch_size=100,
+        lr=0.01,
+        random_state=None,
+        device="auto",
+        progress=False,
+        model_options=None,
+    ):
+        self.latent_dim = latent_dim
+        self.hidden_dims = hidden_dims
+        self.lam = lam
+        self.group_input_dim = group_input_dim
+        self.groups = groups
+        self.beta = beta
+        self.likelihood = likelihood
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.random_state = random_state
+        self.device = device
+        self.progress = progress
+        self.model_options = model_options

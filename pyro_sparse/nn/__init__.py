@@ -1,0 +1,45 @@
+"""Plain torch networks: encoders and decoders, the sparse masked decoder, device and precision settings."""
+
+from pyro_sparse.nn.conv import (
+    ConvDecoder28,
+    ConvEncoder28,
+)
+from pyro_sparse.nn.masked import (
+    DecoderMemoryError,
+    MaskedDecoder,
+    available_memory_bytes,
+    check_step_memory,
+)
+from pyro_sparse.nn.networks import (
+    Decoder,
+    DenseDecoder,
+    FeatureAffine,
+    HeteroscedasticDecoder,
+    mlp,
+)
+from pyro_sparse.nn.precision import (
+    PRECISIONS,
+    check_precision,
+    resolve_device,
+    set_decoder_precision,
+    tf32_matmuls,
+)
+
+__all__ = [
+    "ConvDecoder28",
+    "ConvEncoder28",
+    "Decoder",
+    "DecoderMemoryError",
+    "DenseDecoder",
+    "FeatureAffine",
+    "HeteroscedasticDecoder",
+    "MaskedDecoder",
+    "PRECISIONS",
+    "available_memory_bytes",
+    "check_precision",
+    "check_step_memory",
+    "mlp",
+    "resolve_device",
+    "set_decoder_precision",
+    "tf32_matmuls",
+]

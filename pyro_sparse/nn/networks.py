@@ -1,0 +1,108 @@
+"""Plain torch networks shared by models and guides (no Pyro here)."""
+
+
+import torch
+from torch import nn
+
+
+class FeatureAffine(nn.Module):
+    """
+    A fixed per-feature affine map x -> x * scale + loc (buffers, not
+    parameters).  Decoders end with one set to the data's feature means and
+    standard deviations, and encoders start with its inverse, so networks
+    work on unit-scale numbers whatever the data's units: a
+    reparameterisation of the same model family that only conditions the
+    optimisation.
+    """
+
+    def __init__(self, num_features):
+        super().__init__()
+        self.register_buffer("loc", torch.zeros(num_features))
+        self.register_buffer("scale", torch.ones(num_features))
+
+    @torch.no_grad()
+    def set(self, loc, scale):
+        self.loc.copy_(torch.as_tensor(loc, dtype=self.loc.dtype))
+        self.scale.copy_(torch.as_tensor(scale, dtype=self.scale.dtype).clamp_min(1e-6))
+
+    def forward(self, x, features=None):
+        """``features``: the indices among the G features of x's columns (None: all G)."""
+        if features is None:
+            return torch.addcmul(self.loc, x, self.scale)
+        return torch.addcmul(self.loc[features], x, self.scale[features])
+
+    def inverse(self, y):
+        return (y - self.loc) / self.scale
+
+
+class Decoder(nn.Module):
+    """
+    Base class of the decoder networks, whose forward passes are most of a
+    training step's cost.  With ``precision = "bf16"`` (set by
+    :func:`set_decoder_precision`) the forward pass runs under
+    :func:`torch.autocast` in bfloat16 -- matrix products and convolutions
+    take bfloat16 inputs and accumulate in float32 -- and its outputs are cast
+    back to float32, so likelihoods, KL terms, priors and the parameters
+    themselves stay float32 (autocast keeps float32 weights and casts copies).
+    bfloat16 keeps float32's range with an 8-bit mantissa: outputs carry a
+    relative error of order 1e-2.
+    """
+
+    precision = "fp32"
+
+    def __call__(self, *args, **kwargs):
+        if self.precision != "bf16":
+            return super().__call__(*args, **kwargs)
+        device_type = next(self.parameters()).device.type
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            output = super().__call__(*args, **kwargs)
+        if isinstance(output, tuple):
+            return tuple(part.float() for part in output)
+        return output.float()
+
+
+def mlp(in_dim, hidden_dims, out_dim):
+    """A ReLU multilayer perceptron ``in_dim -> hidden_dims... -> out_dim``."""
+    layers, width = [], in_dim
+    for hidden in hidden_dims:
+        layers += [nn.Linear(width, hidden), nn.ReLU()]
+        width = hidden
+    layers.append(nn.Linear(width, out_dim))
+    return nn.Sequential(*layers)
+
+
+class DenseDecoder(Decoder):
+    """The VAE decoder: an MLP from K latents to G outputs, then the feature affine map."""
+
+    def __init__(self, num_features, latent_dim, hidden_dims):
+        super().__init__()
+        self.net = mlp(latent_dim, hidden_dims, num_features)
+        self.output_affine = FeatureAffine(num_features)
+
+    def forward(self, z):
+        return self.output_affine(self.net(z))
+
+
+class HeteroscedasticDecoder(Decoder):
+    """
+    An MLP from K latents to a mean and a variance per feature and data point
+    (Tonolini et al., supplement A.1: the likelihood network outputs μ and
+    log σ²).  The log-variance is clipped, and ``min_variance`` times the
+    *average* feature variance is added, one floor for all features, so that a
+    feature that is (nearly) constant in the training data cannot drive the
+    likelihood to ± infinity on new data.
+    """
+
+    def __init__(self, num_features, latent_dim, hidden_dims, min_variance=1e-3):
+        super().__init__()
+        self.net = mlp(latent_dim, hidden_dims, 2 * num_features)
+        self.output_affine = FeatureAffine(num_features)
+        self.min_variance = float(min_variance)
+
+    def forward(self, z):
+        raw_loc, log_variance = self.net(z).chunk(2, dim=-1)
+        scale_squared = self.output_affine.scale**2
+        variance = log_variance.clamp(-20.0, 20.0).exp() * scale_squared + self.min_variance * scale_squared.mean()
+        return self.output_affine(raw_loc), variance
+
+

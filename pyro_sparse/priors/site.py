@@ -1,0 +1,84 @@
+"""
+Priors on global sites that own a fitting step of their own.
+
+A prior here is an ``nn.Module`` that builds the Pyro distribution of one
+global site (``distribution()``) and may define hooks that the training loop
+calls around each optimizer step on the point estimate of that site:
+
+* ``update(param)`` — closed-form updates of the prior's own state (e.g. an
+  EM E-step); also called once before training;
+* ``before_step(param)`` — may rewrite ``param.grad``;
+* ``after_step(param, step_size, max_shift, strength=1)`` — may map the new
+  value, e.g. through a proximal operator, given the optimizer's
+  per-coordinate step sizes, the largest move one step may make (the
+  learning rate) and the weight of the prior's penalty in this step, then
+  calls ``update``.  The training loop ramps ``strength`` from 0 to 1 with
+  the KL warm-up of the codes: a mask entry zeroed before the decoder has
+  learned to use the codes would stay zero for good (its averaged gradient
+  never beats the penalty once the codes carry no signal), so the mask's
+  penalty is annealed together with the codes' KL.
+
+Priors know nothing of the model they are used in.
+"""
+
+import torch
+from torch import nn
+from torch.distributions import Distribution
+
+
+class SitePrior(nn.Module):
+    """A prior with the fitting hooks described above; each does nothing unless overridden."""
+
+    def update(self, param):
+        pass
+
+    def before_step(self, param):
+        pass
+
+    def after_step(self, param, step_size, max_shift, strength=1.0):
+        pass
+
+
+class DistributionSitePrior(SitePrior):
+    """
+    A user's Pyro distribution as the prior of a point-estimated global site
+    of shape ``shape`` (e.g. the (G, K) mask W), with no fitting hooks: its
+    log-density enters the MAP objective and its gradient the optimizer
+    step, as any other term.
+
+    :param prior: a ``TorchDistribution`` whose shape broadcasts to ``shape``
+        (a scalar distribution is applied to every entry), or a factory
+        ``f(shape)`` returning one; a factory that is an ``nn.Module`` has
+        its parameters fitted with the model's.
+    :param tuple shape: the site's shape.
+    """
+
+    def __init__(self, prior, shape):
+        super().__init__()
+        if isinstance(prior, type):
+            raise TypeError(f"mask_prior must be a distribution instance or a factory, got the class {prior.__name__}")
+        if not (isinstance(prior, Distribution) or callable(prior)):
+            raise TypeError(f"mask_prior must be a name, a Pyro distribution or a factory, got {prior!r}")
+        self.shape = tuple(shape)
+        self.instance, self.factory = (prior, None) if isinstance(prior, Distribution) else (None, prior)
+        self.distribution()  # fail at construction, not in the first step
+
+    def distribution(self):
+        prior = self.instance if self.factory is None else self.factory(self.shape)
+        if not isinstance(prior, Distribution):
+            raise TypeError(f"the mask_prior factory must return a Pyro distribution, got {type(prior).__name__}")
+        shape = prior.batch_shape + prior.event_shape
+        try:
+            broadcastable = torch.broadcast_shapes(shape, self.shape) == self.shape
+        except RuntimeError:
+            broadcastable = False
+        if not broadcastable or len(prior.event_shape) > len(self.shape):
+            raise ValueError(
+                f"mask_prior {type(prior).__name__} has batch shape {tuple(prior.batch_shape)} and event shape "
+                f"{tuple(prior.event_shape)}, which do not broadcast to the site's shape {self.shape}"
+            )
+        event_dims = len(prior.event_shape)
+        batch = self.shape[: len(self.shape) - event_dims]
+        return prior.expand(batch).to_event(len(batch))
+
+

@@ -1,0 +1,421 @@
+"""
+A registered Pyro model fitted by SVI: its options, its assembly from names
+(model + latent prior + mask prior + the guide the latent prior pairs with),
+and the fit.
+
+A model class here is an ``nn.Module`` whose ``forward(x, num_data)`` is a
+Pyro model, with ``site_priors`` (priors of global sites that own fitting
+hooks), ``point_estimate_sites(feature_variances)``, ``guide_options()`` (what
+its guide must share with it, e.g. the z site's scale) and ``hidden_dims``;
+its constructor takes ``num_features, latent_dim, likelihood`` and its
+hyperparameters by keyword.  It may define ``data_defaults(summary,
+likelihood, hyper)``, a classmethod returning hyperparameters calibrated from
+the training data.  If its decoder should see standardised units it ends in
+a ``FeatureAffine`` named ``output_affine``.
+"""
+
+import inspect
+import json
+import logging
+import warnings
+
+import numpy as np
+import pyro
+import torch
+from pyro.infer import TraceMeanField_ELBO
+from torch.distributions import Distribution
+
+from pyro_sparse.data import DataSummary, check_training_data
+from pyro_sparse.fitted import FittedModel
+from pyro_sparse.guides import GUIDE_FAMILIES, GUIDES
+from pyro_sparse.infer import checkpoints, distributed
+from pyro_sparse.infer.config import config_field_owner, is_count
+from pyro_sparse.infer.elbo import MaxParticleELBO, kl_terms
+from pyro_sparse.infer.loop import TrainingDivergedError, fit
+from pyro_sparse.io import serialization
+from pyro_sparse.nn import check_precision, check_step_memory, resolve_device, set_decoder_precision, tf32_matmuls
+from pyro_sparse.priors import LATENT_PRIORS, MASK_PRIORS, DistributionPrior, DistributionSitePrior
+
+logger = logging.getLogger("pyro_sparse")
+
+PRIOR_ARGUMENTS = ("latent_prior", "mask_prior")
+# Constructor arguments that the assembly supplies itself rather than the user.
+_SUPPLIED = {
+    "self", "num_features", "latent_dim", "likelihood", "hidden_dims", "point_estimates", "log1p_input",
+    "kl_weight", "network", *PRIOR_ARGUMENTS,
+    # what a latent prior shares with its guide (LatentPrior.guide_options)
+    "base", "threshold", "learn_threshold", "threshold_kl_weight",
+}
+_CUSTOM = "custom:"
+
+
+def _parameters(cls):
+    return inspect.signature(cls.__init__).parameters
+
+
+def _named(kind, value, registered):
+    if value not in registered:
+        raise ValueError(f"unknown {kind} {value!r}; registered: {sorted(registered)}, or a Pyro distribution")
+    return registered[value]
+
+
+def _prior_options(prior_class):
+    return [p for p in _parameters(prior_class) if p not in {"self", "num_features", "latent_dim"}]
+
+
+def _options(cls, hyper):
+    return {k: v for k, v in hyper.items() if k in _parameters(cls)}
+
+
+def _jsonable(value):
+    """Plain Python values for the JSON configuration (numpy scalars and arrays included)."""
+    if isinstance(value, (tuple, list, np.ndarray, torch.Tensor, np.generic)):
+        return np.asarray(value).tolist()
+    return value
+
+
+def _custom_label(prior):
+    """What the JSON configuration records of a user's prior object (it cannot hold the object)."""
+    return _CUSTOM + getattr(prior, "__qualname__", type(prior).__qualname__)
+
+
+def check_hidden_dims(hidden_dims):
+    if isinstance(hidden_dims, (str, bytes)) or not np.iterable(hidden_dims):
+        raise TypeError(f"hidden_dims must be a sequence of layer widths, e.g. (50, 50), got {hidden_dims!r}")
+    if not all(is_count(width) for width in hidden_dims):
+        raise ValueError(f"hidden_dims must hold positive integer widths, got {tuple(hidden_dims)!r}")
+    return tuple(int(width) for width in hidden_dims)
+
+
+def guide_family(latent_prior):
+    """The guide family a built latent prior pairs with."""
+    if isinstance(latent_prior, DistributionPrior):
+        families = [f for t, f in GUIDE_FAMILIES.items() if issubclass(latent_prior.distribution_type, t)]
+        return families[0] if families else "normal"
+    return latent_prior.guide_family
+
+
+def build_latent_prior(value, num_features, latent_dim, hyper):
+    """A latent prior from a registered name and its hyperparameters in ``hyper``, or from a user's distribution."""
+    if not isinstance(value, str):
+        return DistributionPrior(value, latent_dim)
+    prior_class = _named("latent_prior", value, LATENT_PRIORS)
+    sizes = {"num_features": num_features} if "num_features" in _parameters(prior_class) else {}
+    return prior_class(latent_dim=latent_dim, **sizes, **_options(prior_class, hyper))
+
+
+def build_mask_prior(value, num_features, latent_dim, hyper):
+    """A (G, K) mask prior from a registered name and its hyperparameters, or from a user's distribution."""
+    if not isinstance(value, str):
+        return DistributionSitePrior(value, (num_features, latent_dim))
+    prior_class = _named("mask_prior", value, MASK_PRIORS)
+    return prior_class(num_features, latent_dim, **_options(prior_class, hyper))
+
+
+def _prior_owners(name):
+    """Registered priors that take an option ``name``, as ``latent_prior='x'`` / ``mask_prior='y'`` phrases."""
+    owners = [f"latent_prior={k!r}" for k, cls in LATENT_PRIORS.items() if name in _prior_options(cls)]
+    owners += [f"mask_prior={k!r}" for k, cls in MASK_PRIORS.items() if name in _prior_options(cls)]
+    return owners
+
+
+def _hint(name):
+    """Where an option that the model does not take belongs, if anywhere."""
+    owner = config_field_owner(name)
+    if owner is not None:
+        attribute = owner.__name__.lower()
+        return f"{name!r} is a setting of {owner.__name__}: pass {attribute}={owner.__name__}({name}=...)"
+    owners = _prior_owners(name)
+    if owners:
+        return f"{name!r} belongs to {' / '.join(owners)}"
+    return None
+
+
+class SVIModel:
+    """
+    A registry entry for a model fitted by SVI: the model class, its ELBO and
+    default priors.  The guide follows from the latent prior
+    (:data:`pyro_sparse.guides.GUIDES`); ``mask_prior`` is ``None`` for
+    models without a decoder mask.
+    """
+
+    def __init__(self, model, summary, latent_prior="normal", mask_prior=None, elbo=TraceMeanField_ELBO):
+        self.model, self.summary, self.elbo = model, summary, elbo
+        self.latent_prior, self.mask_prior = latent_prior, mask_prior
+
+    # ------------------------------------------------------------ options
+
+    def option_names(self, latent_prior=None, mask_prior=None):
+        """
+        The keyword arguments ``train`` accepts as hyperparameters with the given
+        priors (default: the model's): the model's own, the priors', then the guide's.
+        """
+        names = [p for p in _parameters(self.model) if p not in _SUPPLIED - {"hidden_dims"}]
+        names += [p for p in PRIOR_ARGUMENTS if p in _parameters(self.model)]
+        latent_prior = self.latent_prior if latent_prior is None else latent_prior
+        if isinstance(latent_prior, str):
+            prior_class = _named("latent_prior", latent_prior, LATENT_PRIORS)
+            names += [p for p in _prior_options(prior_class) if p not in names]
+            guides = [GUIDES[prior_class.guide_family]]
+        else:
+            # A user's distribution: its guide is known once it is built, so any
+            # guide's options pass here and build() checks them against that guide.
+            guides = list(GUIDES.values())
+        mask_prior = self.mask_prior if mask_prior is None else mask_prior
+        if self.mask_prior is not None and isinstance(mask_prior, str):
+            names += [p for p in _prior_options(_named("mask_prior", mask_prior, MASK_PRIORS)) if p not in names]
+        for guide in guides:
+            names += [p for p in _parameters(guide) if p not in _SUPPLIED and p not in names]
+        return names
+
+    def check_options(self, name, hyper):
+        """Reject options the model, its priors and its guide do not take, saying where each belongs."""
+        allowed = self.option_names(hyper.get("latent_prior"), hyper.get("mask_prior"))
+        unknown = sorted(set(hyper) - set(allowed))
+        if unknown:
+            hints = [hint for hint in map(_hint, unknown) if hint]
+            raise TypeError(
+                f"model {name!r} has no option(s) {unknown}" + (f" ({'; '.join(hints)})" if hints else "")
+                + f"; with these priors it accepts {allowed}"
+            )
+
+    def resolve(self, summary, likelihood, hyper):
+        """The user's hyperparameters with data-calibrated defaults filled in (``model.data_defaults``)."""
+        hyper = dict(hyper)
+        if "hidden_dims" in hyper:
+            hyper["hidden_dims"] = check_hidden_dims(hyper["hidden_dims"])
+        data_defaults = getattr(self.model, "data_defaults", None)
+        return data_defaults(summary, likelihood, hyper) if data_defaults is not None else hyper
+
+    # ------------------------------------------------------------ assembly
+
+    def build(self, summary, latent_dim, likelihood, hyper):
+        """
+        Model, guide and ELBO for resolved hyperparameters (see :meth:`resolve`)
+        and the training data's :class:`~pyro_sparse.data.DataSummary`.
+        """
+        num_features = summary.num_features
+        latent_prior = build_latent_prior(hyper.get("latent_prior", self.latent_prior), num_features, latent_dim,
+                                          hyper)
+        priors = {"latent_prior": latent_prior}
+        if self.mask_prior is not None:
+            mask_prior = hyper.get("mask_prior", self.mask_prior)
+            priors["mask_prior"] = build_mask_prior(mask_prior, num_features, latent_dim, hyper)
+        model_parameters = _parameters(self.model)
+        model = self.model(
+            num_features, latent_dim=latent_dim, likelihood=likelihood, **priors,
+            **{k: v for k, v in hyper.items() if k in model_parameters and k not in PRIOR_ARGUMENTS},
+        )
+        guide = self._guide(model, latent_prior, summary, likelihood, hyper)
+        latent_prior.attach_guide(guide)
+        if likelihood == "gaussian":
+            _standardise(model, guide, summary)
+        return model, guide, self.elbo()
+
+    def _guide(self, model, latent_prior, summary, likelihood, hyper):
+        family = guide_family(latent_prior)
+        guide_class = GUIDES[family]
+        guide_parameters = _parameters(guide_class)
+        model_parameters = _parameters(self.model)
+        prior_parameters = set(_parameters(type(latent_prior)))
+        other_guides = {p for g in GUIDES.values() for p in _parameters(g)} - set(guide_parameters) - _SUPPLIED
+        stray = sorted(other_guides.intersection(hyper) - set(model_parameters) - prior_parameters)
+        if stray:
+            raise TypeError(f"hyperparameter(s) {stray} do not apply: latent_prior pairs with the {family!r} guide")
+        return guide_class(
+            summary.num_features,
+            model.latent_dim,
+            hidden_dims=model.hidden_dims,
+            point_estimates=model.point_estimate_sites(summary.feature_variances),
+            log1p_input=likelihood == "multinomial",
+            **model.guide_options(),
+            **latent_prior.guide_options(),
+            **{
+                k: v for k, v in hyper.items()
+                if k in guide_parameters and k not in _SUPPLIED and k not in model_parameters
+                and k not in prior_parameters
+            },
+        )
+
+    def assemble(self, config, device, custom_priors=None):
+        """Model, guide and ELBO of a saved configuration; ``custom_priors`` holds the user's prior objects."""
+        summary = DataSummary(
+            config["num_data"], config["num_features"],
+            np.asarray(config["feature_means"]), np.asarray(config["feature_variances"]),
+        )
+        hyper = {**config["hyperparameters"], **(custom_priors or {})}
+        model, guide, elbo = self.build(summary, config["latent_dim"], config["likelihood"], hyper)
+        # Files written before the precision setting existed were trained in float32.
+        set_decoder_precision(model, config["training"].get("precision", "fp32"))
+        return model.to(device), guide.to(device), elbo
+
+    # ------------------------------------------------------------ fitting
+
+    def fit(self, name, dataset, latent_dim, settings, hyper):
+        """Train on ``dataset`` (a validated :class:`~pyro_sparse.data.Dataset`) and return a FittedModel."""
+        self.check_options(name, hyper)
+        device = resolve_device(settings.device)
+        if settings.hardware.strategy == "ddp":
+            device = distributed.init_process_group(device)
+        check_precision(settings.hardware.precision, device)
+        pyro.set_rng_seed(settings.seed)
+        generator = torch.Generator().manual_seed(settings.seed)
+        train_data, validation_data = dataset.split(settings.schedule.validation_fraction, generator)
+        check_training_data(train_data.summary, dataset.likelihood)
+        _warn_batch_size(settings.batch_size, train_data.num_data)
+        hyper = self.resolve(train_data.summary, dataset.likelihood, hyper)
+        custom_priors = {k: hyper[k] for k in PRIOR_ARGUMENTS if k in hyper and not isinstance(hyper[k], str)}
+        config = self._config(name, dataset, train_data, latent_dim, hyper, custom_priors, settings)
+        model, guide, elbo = self.assemble(config, device, custom_priors)
+        elbo = self._check_before_training(name, model, guide, elbo, train_data, settings, device)
+        return self._run(config, model, guide, elbo, train_data, validation_data, settings, device, generator)
+
+    def _config(self, name, dataset, train_data, latent_dim, hyper, custom_priors, settings):
+        summary = train_data.summary
+        config = {
+            "model": name,
+            "num_features": summary.num_features,
+            "latent_dim": int(latent_dim),
+            "likelihood": dataset.likelihood,
+            "num_data": summary.num_data,
+            "feature_means": summary.feature_means.tolist(),
+            "feature_variances": summary.feature_variances.tolist(),
+            "feature_names": dataset.feature_names,
+            "layer": dataset.layer,
+            "hyperparameters": {
+                k: _custom_label(v) if k in custom_priors else _jsonable(v) for k, v in hyper.items()
+            },
+            # The global batch is sliced across the processes: a resumed run
+            # must have as many to continue the same sequence of steps.
+            "training": {**settings.record(), "processes": distributed.num_processes()
+                         if settings.hardware.strategy == "ddp" else 1},
+        }
+        json.dumps(config)  # fail now, not after training, if a setting cannot be saved
+        return config
+
+    def _check_before_training(self, name, model, guide, elbo, train_data, settings, device):
+        """Warnings and checks that need the built model; returns the ELBO to train with."""
+        K, G = model.latent_dim, train_data.num_features
+        # Dense Gaussian codes beyond G dimensions only add unidentifiable
+        # directions that collapse to the prior; sparse codes may be overcomplete.
+        if K > G and not model.latent_prior.sparse_codes:
+            warnings.warn(
+                f"latent_dim={K} exceeds the {G} features: {name!r} has dense Gaussian codes and cannot use more "
+                f"than {G} dimensions (the rest collapse to the prior and cost time); lower latent_dim, or use "
+                "sparse codes (e.g. latent_prior='spike_slab')",
+                stacklevel=4,
+            )
+        check_schedule = getattr(model, "check_schedule", None)
+        if check_schedule is not None:
+            check_schedule(settings.warmup_epochs)
+        _log_kl_terms(model, guide, train_data, device)
+        precision = settings.hardware.precision
+        if precision == "bf16" and set_decoder_precision(model, precision) == 0:
+            warnings.warn(
+                f"precision='bf16' changes nothing here: this {name!r} model has no decoder network that runs in "
+                "bfloat16 (e.g. decoder='linear'); it trains in float32",
+                stacklevel=4,
+            )
+        optimization = settings.optimization
+        check_step_memory(model, min(settings.batch_size, train_data.num_data) * optimization.num_particles, device)
+        if optimization.num_particles > 1 or optimization.particle_reduction == "max":
+            return MaxParticleELBO(
+                num_particles=optimization.num_particles,
+                particle_reduction=optimization.particle_reduction,
+                vectorize_particles=getattr(model, "vectorized_particles", True),
+            )
+        return elbo
+
+    def _run(self, config, model, guide, elbo, train_data, validation_data, settings, device, generator):
+        policy = settings.checkpointing
+        resume = None if policy.resume_from is None else checkpoints.load(policy.resume_from, config)
+        checkpoint = None
+        if policy.path is not None and distributed.is_main_process():
+            checkpoint = checkpoints.Checkpointer(policy.path, policy.every, config)
+        strategy = None
+        if settings.hardware.strategy == "ddp":
+            strategy = distributed.DataParallel(model, guide, elbo)
+        try:
+            with tf32_matmuls(settings.hardware.precision):
+                history = fit(model, guide, elbo, train_data, validation_data=validation_data, settings=settings,
+                              device=device, generator=generator, checkpoint=checkpoint, resume=resume,
+                              strategy=strategy)
+        except TrainingDivergedError as error:
+            error.fitted = FittedModel(config, model, guide, error.history)
+            raise
+        return FittedModel(config, model, guide, history)
+
+    # ------------------------------------------------------------ files
+
+    def load(self, path, config, states, history, device, priors):
+        """A FittedModel from a model file's configuration and tensors; ``priors`` as given to ``load``."""
+        custom_priors = _custom_priors(path, config, priors)
+        try:
+            model, guide, _ = self.assemble(config, resolve_device(device), custom_priors)
+            model.load_state_dict(states["model"])
+            guide.load_state_dict(states["guide"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise serialization.ModelFileError(f"{path!r} does not match the model it describes: {error}") from None
+        model.eval()
+        guide.eval()
+        return FittedModel(config, model, guide, history)
+
+
+def _custom_priors(path, config, priors):
+    """The user's prior objects a file needs back (it records them by name only)."""
+    custom = {}
+    for argument, value in priors.items():
+        recorded = config.get("hyperparameters", {}).get(argument)
+        is_custom = isinstance(recorded, str) and recorded.startswith(_CUSTOM)
+        if value is not None and not is_custom:
+            raise ValueError(f"{path!r} was not trained with a user-defined {argument}; load it without {argument}=")
+        if is_custom:
+            if value is None:
+                raise ValueError(
+                    f"{path!r} was trained with a user-defined {argument} ({recorded[len(_CUSTOM):]}), which a "
+                    f"model file cannot hold; pass the same object again: load(path, {argument}=...)"
+                )
+            if not (isinstance(value, Distribution) or callable(value)):
+                raise TypeError(f"{argument} must be a Pyro distribution or a factory, got {value!r}")
+            custom[argument] = value
+    return custom
+
+
+def _standardise(model, guide, summary):
+    """Networks see standardised features; the likelihood stays in data units."""
+    # Scales are floored at a tenth of the median feature sd: a nearly
+    # constant feature (an image border pixel) would otherwise blow up the
+    # encoder's inputs and shrink a decoder's variance floor to nothing.
+    scale = np.sqrt(summary.feature_variances)
+    positive = scale[scale > 0]
+    scale = np.maximum(scale, 0.1 * np.median(positive) if positive.size else 1.0)
+    guide.input_affine.set(summary.feature_means, scale)
+    output_affine = getattr(getattr(model, "decoder", None), "output_affine", None)
+    if output_affine is not None:
+        output_affine.set(summary.feature_means, scale)
+
+
+def _warn_batch_size(batch_size, num_data):
+    if batch_size > num_data:
+        warnings.warn(
+            f"batch_size={batch_size} is larger than the {num_data} training points; "
+            f"each step uses all of them (batch_size={num_data})",
+            stacklevel=4,
+        )
+
+
+def _log_kl_terms(model, guide, data, device):
+    """Say, once per fit, how each local latent's KL term is computed (closed form or Monte Carlo)."""
+    x = next(iter(data.minibatches(2, device=device, shuffle=False)))
+    # A trace draws random numbers; the fit must not depend on whether it ran.
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        terms = kl_terms(model, guide, x)
+    for term in terms:
+        logger.info(term.describe())
+        if not term.closed_form and getattr(guide, "spike_estimator", None) == "relaxed":
+            warnings.warn(
+                f"{term.describe()}; relaxed spike-and-slab draws are never exactly 0, so that estimate scores "
+                "them by the slab alone: pass spike_estimator='straight_through' for exact draws",
+                stacklevel=5,
+            )
+
