@@ -22,6 +22,8 @@ class AmortizedGuide(nn.Module):
     :param int num_features: G.
     :param int latent_dim: K.
     :param int outputs_per_latent: encoder outputs per latent dimension.
+    :param int extra_outputs: further encoder outputs, returned as one last
+        piece by :meth:`encoder_outputs`.
     :param tuple hidden_dims: widths of the encoder MLP.
     :param dict point_estimates: global site name -> (initial value, support);
         each is stored unconstrained and mapped through ``transform_to(support)``.
@@ -41,15 +43,17 @@ class AmortizedGuide(nn.Module):
         log1p_input,
         kl_weight,
         network="mlp",
+        extra_outputs=0,
     ):
         super().__init__()
         self.num_features, self.latent_dim = num_features, latent_dim
         self.log1p_input, self.kl_weight = log1p_input, float(kl_weight)
         self.input_affine = FeatureAffine(num_features)
+        self.output_sizes = [latent_dim] * outputs_per_latent + ([extra_outputs] if extra_outputs else [])
         if network == "conv":
-            self.encoder = ConvEncoder28(num_features, outputs_per_latent * latent_dim)
+            self.encoder = ConvEncoder28(num_features, sum(self.output_sizes))
         elif network == "mlp":
-            self.encoder = mlp(num_features, hidden_dims, outputs_per_latent * latent_dim)
+            self.encoder = mlp(num_features, hidden_dims, sum(self.output_sizes))
         else:
             raise ValueError(f"network must be 'mlp' or 'conv', got {network!r}")
         point_estimates = point_estimates or {}
@@ -66,9 +70,9 @@ class AmortizedGuide(nn.Module):
         return transform_to(self.supports[name])(self.unconstrained[name])
 
     def encoder_outputs(self, x):
-        """The encoder's outputs, split into one (batch, K) tensor per output kind."""
+        """The encoder's outputs, split into one (batch, K) tensor per output kind (and the extra outputs)."""
         h = self.encoder(self.input_affine.inverse(torch.log1p(x) if self.log1p_input else x))
-        return h.split(self.latent_dim, dim=-1)
+        return h.split(self.output_sizes, dim=-1)
 
     def posterior(self, x):
         raise NotImplementedError
@@ -79,7 +83,7 @@ class AmortizedGuide(nn.Module):
             pyro.sample("z", self.posterior(x))
 
     def forward(self, x, num_data=None):
-        for name in self.unconstrained:
+        for name in self.supports:  # in the model's order (ParameterDict may sort its keys)
             value = self.point_estimate(name)
             pyro.sample(name, dist.Delta(value, event_dim=value.dim()))
         with data_plate(x, num_data):

@@ -101,7 +101,7 @@ class OIVAE(nn.Module):
     (:class:`~pyro_sparse.priors.GroupLassoPrior`), fitted by a proximal step
     after each gradient step.  A column W^{(g)}_{·,k} that is exactly zero
     means latent k does not reach group g; ``‖W[g, k]‖`` plays the role of
-    |w_gk| in the sparse VAE.  The likelihoods, the σ² prior and β are those
+    ``|w_gk|`` in the sparse VAE.  The likelihoods, the σ² prior and β are those
     of :class:`~pyro_sparse.models.ssl_dgm.SparseDGM`.
 
     For tabular data every feature is its own group (the default), so the
@@ -120,7 +120,7 @@ class OIVAE(nn.Module):
     :param float beta: weight of the KL term of z (the guide must match).
     :param float noise_nu: ν of the σ² prior.
     :param float noise_xi: ξ of the σ² prior (calibrated from data by ``train``).
-    :param latent_prior: the prior of z, a :class:`~pyro_sparse.latent_priors.LatentPrior`;
+    :param latent_prior: the prior of z, a :class:`~pyro_sparse.priors.LatentPrior`;
         ``None`` for N(0, I_K).
     """
 
@@ -192,6 +192,7 @@ class OIVAE(nn.Module):
         noise_variance = None
         if self.likelihood == "gaussian":
             noise_variance = sample_noise_variance(self.num_features, self.noise_nu, self.noise_xi, x)
+        self.latent_prior.sample_globals(x)
         with data_plate(x, num_data):
             z = self.latent_prior.sample(x, self.beta)
             output = self.decoder(z, weights)

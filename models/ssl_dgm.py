@@ -65,8 +65,8 @@ class SparseDGM(nn.Module):
     :param int memory_budget_bytes: activation memory of one decoder chunk.
     :param int feature_subsample_size: if set, each training pass decodes and
         scores only this many features, drawn uniformly at random, with their
-        log-likelihood scaled by G/|S|: an unbiased estimate of the ELBO and
-        its gradients at about |S|/G of the decoder's cost (the σ² and W
+        log-likelihood scaled by :math:`G/|S|`: an unbiased estimate of the ELBO and
+        its gradients at about :math:`|S|/G` of the decoder's cost (the σ² and W
         priors stay global and unscaled).  Evaluation (``model.eval()``) uses
         all features.  Not for the multinomial likelihood, whose softmax
         normaliser couples all features.
@@ -149,6 +149,7 @@ class SparseDGM(nn.Module):
         noise_variance = None
         if self.likelihood == "gaussian":
             noise_variance = sample_noise_variance(self.num_features, self.noise_nu, self.noise_xi, x)
+        self.latent_prior.sample_globals(x)
         with data_plate(x, num_data):
             z = self.latent_prior.sample(x, self.beta)
             features = self.visited_features(x.device)

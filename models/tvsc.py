@@ -21,7 +21,7 @@ class TVSC(nn.Module):
         x_i \sim \mathcal N(f_\theta(z_i), \sigma^2 I).
 
     The codes' prior is ``latent_prior``, by default
-    :class:`~pyro_sparse.latent_priors.ThresholdedLaplacePrior` (``train``
+    :class:`~pyro_sparse.priors.ThresholdedLaplacePrior` (``train``
     takes ``latent_prior="thresholded_laplace"`` or ``"thresholded_normal"``
     and their ``threshold``, ``prior_scale``, ``learn_threshold``,
     ``threshold_concentration`` and ``threshold_beta``); its guide is
@@ -39,7 +39,7 @@ class TVSC(nn.Module):
     :param float noise_variance: σ² of the Gaussian likelihood; ``train``
         sets it to half the mean feature variance (Eq. 12's 1/2 for
         standardised data) unless given.
-    :param latent_prior: a :class:`~pyro_sparse.latent_priors.LatentPrior`;
+    :param latent_prior: a :class:`~pyro_sparse.priors.LatentPrior`;
         ``None`` for the thresholded Laplace with the paper's defaults.
     """
 
@@ -102,6 +102,7 @@ class TVSC(nn.Module):
         dictionary = None
         if self.decoder_kind == "linear":
             dictionary = self.linear_generator.sample_dictionary(x, num_data)
+        self.latent_prior.sample_globals(x)
         with data_plate(x, num_data):
             z = self.latent_prior.sample(x, self.beta)
             output = self.generator_output(z, dictionary)

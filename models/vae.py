@@ -18,7 +18,7 @@ from pyro_sparse.priors import (
 class VAE(nn.Module):
     r"""
     z_i ~ N(0, I_K) (or any ``latent_prior``, a
-    :class:`~pyro_sparse.latent_priors.LatentPrior`),  x_i ~ p(x | f_θ(z_i))
+    :class:`~pyro_sparse.priors.LatentPrior`),  x_i ~ p(x | f_θ(z_i))
     with one dense decoder.  The KL
     term is weighted by ``beta`` (β-VAE; β = 1 is the VAE).  The likelihoods
     and the σ² prior are those of :class:`~pyro_sparse.models.ssl_dgm.SparseDGM`,
@@ -80,6 +80,7 @@ class VAE(nn.Module):
         noise_variance = None
         if self.likelihood == "gaussian" and not self.heteroscedastic:
             noise_variance = sample_noise_variance(self.num_features, self.noise_nu, self.noise_xi, x)
+        self.latent_prior.sample_globals(x)
         with data_plate(x, num_data):
             z = self.latent_prior.sample(x, self.beta)
             if self.heteroscedastic:

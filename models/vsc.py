@@ -21,10 +21,10 @@ class VSC(nn.Module):
     with the Gaussian likelihood of the paper (the decoder outputs a mean and
     a log-variance per feature, supplement A.1), or Bernoulli / multinomial
     logits.  The prior is ``latent_prior``: by default
-    :class:`~pyro_sparse.latent_priors.SpikeSlabPrior` (``train`` takes its
+    :class:`~pyro_sparse.priors.SpikeSlabPrior` (``train`` takes its
     α as ``alpha``), or the learned pseudo-input prior of the UAI version
     (``latent_prior="pseudo_inputs"``,
-    :class:`~pyro_sparse.latent_priors.PseudoInputPrior`).  With either the
+    :class:`~pyro_sparse.priors.PseudoInputPrior`).  With either the
     guide is :class:`~pyro_sparse.guides.SpikeSlabGuide`, and the KL between
     the two spike-and-slab distributions is the closed form registered with
     ``torch.distributions.kl`` (Eq. 9).
@@ -34,7 +34,7 @@ class VSC(nn.Module):
     x_i ~ N(A z_i, σ² I) with a dictionary A under the Frobenius penalty
     κ‖A‖² per data point (their Eq. 11-12), point-estimated, and a fixed
     noise variance σ², exactly as the linear generator of
-    :class:`~pyro_sparse.models.TVSC` (:class:`~pyro_sparse.dictionary.LinearGenerator`);
+    :class:`~pyro_sparse.models.TVSC` (:class:`~pyro_sparse.priors.LinearGenerator`);
     for Bernoulli / multinomial data A z are the logits.  That baseline draws
     its codes with the guide's ``spike_estimator="straight_through"``.
     ``decoder="conv"`` is the convolutional generator of Fallah & Rozell's
@@ -53,7 +53,7 @@ class VSC(nn.Module):
     :param float noise_variance: σ² of the linear and conv decoders' Gaussian
         likelihood; ``train`` sets it to half the mean feature variance
         unless given (the MLP decoder learns its variances instead).
-    :param latent_prior: a :class:`~pyro_sparse.latent_priors.LatentPrior`;
+    :param latent_prior: a :class:`~pyro_sparse.priors.LatentPrior`;
         ``None`` for SpikeSlabPrior(α = 0.01).
     """
 
@@ -113,6 +113,7 @@ class VSC(nn.Module):
         dictionary = None
         if self.decoder_kind == "linear":
             dictionary = self.linear_generator.sample_dictionary(x, num_data)
+        self.latent_prior.sample_globals(x)
         with data_plate(x, num_data):
             z = self.latent_prior.sample(x, self.beta)
             if self.decoder_kind == "mlp" and self.likelihood == "gaussian":

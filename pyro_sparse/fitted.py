@@ -29,7 +29,7 @@ def evaluation_data(X, config):
 def top_features(W, k=5, names=None):
     """
     For each column of ``W`` (features x factors), the ``k`` features with the
-    largest |W_jk| that are non-zero, named by ``names`` (default: indices).
+    largest ``|W_jk|`` that are non-zero, named by ``names`` (default: indices).
     """
     W = np.abs(W)
     names = list(names) if names is not None else list(range(W.shape[0]))
@@ -155,19 +155,38 @@ class FittedModel:
         return self._point("W")
 
     @property
+    def latent_correlation_(self):
+        """
+        The correlation matrix R of the Gaussian prior of z, (K, K): learned
+        (``latent_prior="correlated"``), from a fixed ``prior_covariance``, or I.
+        """
+        prior = self.model.latent_prior
+        if not hasattr(prior, "learn_correlation"):
+            raise AttributeError(f"model {self.config['model']!r} has no Gaussian prior of z with a correlation")
+        scale_tril = self.guide.point_estimate(prior.site) if prior.learn_correlation else prior.scale_tril
+        covariance = (scale_tril @ scale_tril.T).detach().cpu().double().numpy()
+        scale = np.sqrt(np.diag(covariance))
+        return covariance / np.outer(scale, scale)
+
+    @property
     def sigma2_(self):
         """Per-feature noise variances (gaussian likelihood)."""
         return self._point("sigma2")
 
     @property
     def inclusion_probs_(self):
-        """E[γ_jk | w_jk, η_k] (Eq. 57), (G, K)."""
-        return self._prior("W").inclusion_probs.cpu().numpy()
+        """E[γ_jk | w_jk, η_k] (Eq. 57), (G, K); 0 in the columns of factors switched off (``eta_ == 0``)."""
+        return np.where(self.eta_ > 0, self._prior("W").inclusion_probs.cpu().numpy(), 0.0)
 
     @property
     def eta_(self):
-        """η_k, the share of features each factor is expected to use, (K,)."""
-        return self._prior("W").eta.cpu().numpy()
+        """
+        η_k, the share of features each factor is expected to use, (K,).  The
+        E-step keeps η at float32's smallest normal number rather than 0 (its
+        log must stay finite); a factor at that floor is switched off and reads 0.
+        """
+        eta = self._prior("W").eta.cpu().numpy()
+        return np.where(eta <= np.finfo(eta.dtype).tiny, 0.0, eta)
 
     def _prior(self, name):
         if name not in self.model.site_priors:
@@ -176,7 +195,7 @@ class FittedModel:
 
     def top_features(self, k=5, names=None):
         """
-        For each factor, the ``k`` features with the largest |W_jk| that are
+        For each factor, the ``k`` features with the largest ``|W_jk|`` that are
         non-zero, named by ``names`` (default: an AnnData's ``var_names`` if
         the model was trained on one, else the feature indices).
         """

@@ -12,6 +12,7 @@ from pyro_sparse.baselines.nmf import NMF
 from pyro_sparse.models import OIVAE, TVSC, VAE, VSC, SparseDGM
 from pyro_sparse.svi import SVIModel
 
+#: Registered models by name: the values ``train(model=...)`` accepts.
 MODELS = {
     "ssl_dgm": SVIModel(SparseDGM, "sparse VAE with a Spike-and-Slab Lasso decoder mask (Moran et al. 2022)",
                         mask_prior="ssl"),

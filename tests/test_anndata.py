@@ -5,6 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 import pyro_sparse
+from pyro_sparse import Schedule
 from pyro_sparse.data import DataError
 
 anndata = pytest.importorskip("anndata")
@@ -110,7 +111,7 @@ def test_sparse_matrix_is_densified_one_minibatch_at_a_time(monkeypatch):
     monkeypatch.setattr(sp.csr_matrix, "toarray", minibatch_toarray)
     with pytest.raises(AssertionError, match="densified whole"):  # the guard itself works
         adata.X.toarray()
-    fitted = pyro_sparse.train("ssl_dgm", adata, validation_fraction=0.25, **QUICK)
+    fitted = pyro_sparse.train("ssl_dgm", adata, schedule=Schedule(validation_fraction=0.25), **QUICK)
     fitted.write_to(adata)
     assert adata.obsm["X_ssl_dgm"].shape == (1500, 3)
     assert QUICK["batch_size"] in densified_rows and 1024 in densified_rows

@@ -9,6 +9,7 @@ import scipy.sparse as sp
 import torch
 
 import pyro_sparse
+from pyro_sparse import Optimization, Schedule
 from pyro_sparse.data import DataError
 from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 from pyro_sparse.io.serialization import ModelFileError
@@ -84,12 +85,14 @@ def test_save_load_roundtrip(fitted, data, tmp_path):
 
 def test_validation_and_early_stopping(data):
     fitted = pyro_sparse.train(
-        "vae", data.X, validation_fraction=0.25, early_stopping=1, **{**QUICK, "max_epochs": 30}
+        "vae", data.X, schedule=Schedule(validation_fraction=0.25, early_stopping=1), **{**QUICK, "max_epochs": 30}
     )
     history = fitted.history_
     assert len(history["validation_loss"]) == len(history["train_loss"]) >= 2
     assert np.isfinite(history["validation_loss"]).all()
-    with pytest.raises(ValueError, match="validation"):
+    with pytest.raises(ValueError, match="early_stopping needs validation data"):
+        Schedule(early_stopping=3)
+    with pytest.raises(TypeError, match="Schedule"):
         pyro_sparse.train("vae", data.X, early_stopping=3, **QUICK)
 
 
@@ -120,7 +123,7 @@ def test_bad_arguments_are_named(data):
         pyro_sparse.train("nope", data.X)
     with pytest.raises(ValueError, match="unknown likelihood"):
         pyro_sparse.train("ssl_dgm", data.X, likelihood="poisson")
-    with pytest.raises(TypeError, match="no hyperparameter"):
+    with pytest.raises(TypeError, match=r"no option\(s\) \['lamda0'\]"):
         pyro_sparse.train("ssl_dgm", data.X, lamda0=3.0, **QUICK)
     with pytest.raises(ValueError, match="latent_dim"):
         pyro_sparse.train("ssl_dgm", data.X, **{**QUICK, "latent_dim": 0})
@@ -224,7 +227,9 @@ def test_bad_settings_are_named(data, override, message):
 
 
 def test_tiny_validation_fraction_keeps_one_point(data):
-    fitted = pyro_sparse.train("vae", data.X[:50], validation_fraction=0.001, early_stopping=2, **QUICK)
+    fitted = pyro_sparse.train(
+        "vae", data.X[:50], schedule=Schedule(validation_fraction=0.001, early_stopping=2), **QUICK
+    )
     assert len(fitted.history_["validation_loss"]) == 2
 
 
@@ -255,10 +260,13 @@ def test_cuda_training_matches_the_cpu_api(data):
 
 @pytest.mark.parametrize("model, reduction", [("ssl_dgm", "max"), ("vae", "mean"), ("vae", "max")])
 def test_particles_and_max_elbo_through_train(data, model, reduction):
-    fitted = pyro_sparse.train(model, data.X, num_particles=3, particle_reduction=reduction, **QUICK)
+    optimization = Optimization(num_particles=3, particle_reduction=reduction)
+    fitted = pyro_sparse.train(model, data.X, optimization=optimization, **QUICK)
     assert np.isfinite(fitted.history_["train_loss"]).all()
     assert fitted.config["training"]["num_particles"] == 3
-    with pytest.raises(ValueError, match="particle_reduction"):
+    with pytest.raises(ValueError, match="particle_reduction must be 'mean' or 'max'"):
+        Optimization(particle_reduction="median")
+    with pytest.raises(TypeError, match="Optimization"):
         pyro_sparse.train(model, data.X, particle_reduction="median", **QUICK)
 
 
@@ -266,5 +274,6 @@ def test_history_becomes_a_dataframe_by_epoch():
     X = synthetic_sparse_dgm(n=100, seed=0).X
     frame = pyro_sparse.train("vae", X, max_epochs=3, progress=False, hidden_dims=(8,)).history_frame()
     assert list(frame.columns) == ["train_loss"] and frame.index.name == "epoch" and len(frame) == 3
-    held = pyro_sparse.train("vae", X, max_epochs=2, validation_fraction=0.2, progress=False, hidden_dims=(8,))
+    held = pyro_sparse.train("vae", X, max_epochs=2, schedule=Schedule(validation_fraction=0.2), progress=False,
+                             hidden_dims=(8,))
     assert list(held.history_frame().columns) == ["train_loss", "validation_loss"]

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pyro_sparse.data import DataError, as_matrix, check_values, minibatches
+from pyro_sparse.data import DataError, Dataset, as_matrix, check_values
 
 dtypes = st.sampled_from([np.float64, np.float32, np.int64, np.int8, np.bool_, np.uint8])
 arrays = hnp.arrays(
@@ -53,7 +53,7 @@ def test_non_finite_values_are_always_caught(array):
 
 def test_sparse_minibatches_are_dense_rows_in_order():
     dense = np.arange(20, dtype=np.float32).reshape(5, 4)
-    batches = list(minibatches(as_matrix(sp.csr_matrix(dense)), 2, shuffle=False))
+    batches = list(Dataset(as_matrix(sp.csr_matrix(dense)), "gaussian").minibatches(2, shuffle=False))
     assert [tuple(b.shape) for b in batches] == [(2, 4), (2, 4), (1, 4)]
     np.testing.assert_array_equal(torch.cat(batches).numpy(), dense)
 

@@ -1,4 +1,4 @@
-"""Data-parallel training (pyro_sparse.distributed): 2 gloo processes on CPU launched by torchrun."""
+"""Data-parallel training (pyro_sparse.infer.distributed): 2 gloo processes on CPU launched by torchrun."""
 
 import os
 import subprocess
@@ -9,17 +9,20 @@ import pytest
 import torch
 
 import pyro_sparse
+from pyro_sparse import Hardware, Schedule
 from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 
 # 200 points in global batches of 33 (17 + 16 rows on the two ranks, the last
 # batch 1 + 1): 7 steps per epoch, 2 epochs.
-TINY = dict(latent_dim=3, batch_size=33, hidden_dims=(8,), kl_warmup_epochs=1, max_epochs=2, progress=False)
+TINY = dict(latent_dim=3, batch_size=33, hidden_dims=(8,), schedule=Schedule(kl_warmup_epochs=1), max_epochs=2,
+            progress=False)
 
 WORKER = textwrap.dedent(
     """
     import os, sys, warnings
     import torch
     import pyro_sparse
+    from pyro_sparse import Checkpointing, Hardware, Schedule
     from pyro_sparse.infer import distributed
     from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 
@@ -44,8 +47,9 @@ WORKER = textwrap.dedent(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fitted = pyro_sparse.train(
-            "ssl_dgm", X, strategy="ddp", device="cpu", seed=0, on_divergence="rollback",
-            checkpoint_path=os.path.join(out, f"checkpoint-rank{rank}.pt"), **TINY,
+            "ssl_dgm", X, hardware=Hardware(strategy="ddp"), device="cpu", seed=0,
+            checkpointing=Checkpointing(path=os.path.join(out, f"checkpoint-rank{rank}.pt"), on_divergence="rollback"),
+            **TINY,
         )
     torch.save(
         {
@@ -128,4 +132,4 @@ def test_ddp_outside_torchrun_is_a_clear_error(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     X = synthetic_sparse_dgm(n=200, rho=0.3, seed=0).X
     with pytest.raises(ValueError, match="torchrun"):
-        pyro_sparse.train("ssl_dgm", X, strategy="ddp", device="cpu", **TINY)
+        pyro_sparse.train("ssl_dgm", X, hardware=Hardware(strategy="ddp"), device="cpu", **TINY)

@@ -8,7 +8,8 @@ from pyro.infer import SVI, TraceMeanField_ELBO
 from torch import nn
 
 from pyro_sparse import registry
-from pyro_sparse.data import DataSummary
+from pyro_sparse.data import Dataset
+from pyro_sparse.infer.config import Schedule, TrainingSettings
 from pyro_sparse.infer.elbo import MaxParticleELBO
 from pyro_sparse.infer.handlers import scale_local_latents
 from pyro_sparse.infer.loop import fit
@@ -262,14 +263,14 @@ def test_rejects_bad_arguments():
 def test_fits_a_tiny_vsc_in_the_training_loop(reduction):
     generator = torch.Generator().manual_seed(0)
     X = torch.randn(48, 6, generator=generator)
-    summary = DataSummary.of(X)
-    hyper = registry.resolve_hyperparameters("vsc", "gaussian", summary, {"hidden_dims": (8,), "alpha": 0.2})
+    data = Dataset.from_data(X, "gaussian")
+    entry = registry.MODELS["vsc"]
+    hyper = entry.resolve(data.summary, "gaussian", {"hidden_dims": (8,), "alpha": 0.2})
     pyro.set_rng_seed(0)
-    model_module, guide, _ = registry.build("vsc", summary, 3, "gaussian", hyper)
+    model_module, guide, _ = entry.build(data.summary, 3, "gaussian", hyper)
     elbo = MaxParticleELBO(num_particles=4, particle_reduction=reduction)
-    history = fit(
-        model_module, guide, elbo, X, max_epochs=2, batch_size=16, generator=generator, kl_warmup_epochs=1
-    )
+    settings = TrainingSettings(max_epochs=2, batch_size=16, progress=False, schedule=Schedule(kl_warmup_epochs=1))
+    history = fit(model_module, guide, elbo, data, settings=settings, generator=generator)
     assert len(history["train_loss"]) == 2
     assert all(torch.isfinite(torch.tensor(history["train_loss"])))
     # one step's per-point terms: minibatch of 16 points, 4 particles, analytic spike-and-slab KL

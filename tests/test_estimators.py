@@ -1,4 +1,4 @@
-"""scikit-learn estimators (pyro_sparse.estimators): the same fits as ``train``,
+"""scikit-learn estimators (pyro_sparse.interop.sklearn): the same fits as ``train``,
 scikit-learn's conventions, and use inside pipelines and model selection."""
 
 import inspect
@@ -23,8 +23,9 @@ from sklearn.utils.estimator_checks import (
 )
 
 import pyro_sparse
-from pyro_sparse import registry
+from pyro_sparse import Schedule, registry
 from pyro_sparse.data.synthetic import synthetic_sparse_dgm
+from pyro_sparse.guides import GUIDES
 from pyro_sparse.interop.sklearn import (
     OIVAE,
     VAE,
@@ -33,10 +34,11 @@ from pyro_sparse.interop.sklearn import (
     SVIEstimator,
     ThresholdedVSC,
 )
+from pyro_sparse.priors import LATENT_PRIORS, MASK_PRIORS
 
 ESTIMATORS = [SparseVAE, VAE, VSC, ThresholdedVSC, OIVAE]
 QUICK = {"latent_dim": 2, "hidden_dims": (8,), "max_epochs": 2, "batch_size": 50, "device": "cpu"}
-TRAINING = ("likelihood", "max_epochs", "batch_size", "lr", "device", "precision")
+TRAINING = ("likelihood", "max_epochs", "batch_size", "lr", "device")
 
 
 def quick(cls, **parameters):
@@ -55,17 +57,17 @@ def test_parameters_are_trains_with_its_defaults(cls):
     name = cls._model_name
     entry = registry.MODELS[name]
     train_defaults = {k: p.default for k, p in inspect.signature(pyro_sparse.train).parameters.items()}
-    latent_prior = registry.LATENT_PRIORS[entry.latent_prior]
-    classes = [registry.GUIDES[latent_prior.guide_family], latent_prior, entry.model]
+    latent_prior = LATENT_PRIORS[entry.latent_prior]
+    classes = [GUIDES[latent_prior.guide_family], latent_prior, entry.model]
     if entry.mask_prior is not None:
-        classes.insert(2, registry.MASK_PRIORS[entry.mask_prior])
+        classes.insert(2, MASK_PRIORS[entry.mask_prior])
     model_defaults = {
         **{k: p.default for cls_ in classes for k, p in inspect.signature(cls_.__init__).parameters.items()},
         "latent_prior": entry.latent_prior,
         "mask_prior": entry.mask_prior,
     }
     parameters = inspect.signature(cls.__init__).parameters
-    hyperparameters = registry.hyperparameter_names(name)
+    hyperparameters = entry.option_names()
     for key, parameter in parameters.items():
         if key in ("self", "random_state", "model_options"):
             continue
@@ -84,8 +86,8 @@ def test_get_params_set_params_round_trip(cls):
     estimator = cls(latent_dim=3)
     parameters = estimator.get_params()
     assert parameters["latent_dim"] == 3 and parameters["model_options"] is None
-    assert estimator.set_params(latent_dim=4, model_options={"kl_warmup_epochs": 0}) is estimator
-    assert estimator.latent_dim == 4 and estimator.model_options == {"kl_warmup_epochs": 0}
+    assert estimator.set_params(latent_dim=4, model_options={"schedule": Schedule(kl_warmup_epochs=0)}) is estimator
+    assert estimator.latent_dim == 4 and estimator.model_options == {"schedule": Schedule(kl_warmup_epochs=0)}
     estimator.set_params(**parameters)
     assert estimator.get_params() == parameters
     with pytest.raises(ValueError, match="Invalid parameter"):
@@ -120,7 +122,7 @@ def test_fit_transform_shapes(cls, data):
 
 def test_estimator_fits_what_train_fits(data):
     """Same data, parameters and seed: the estimator and train() give the same model."""
-    options = {"kl_warmup_epochs": 1, "noise_nu": 5.0}
+    options = {"schedule": Schedule(kl_warmup_epochs=1), "noise_nu": 5.0}
     estimator = quick(SparseVAE, random_state=3, lambda0=5.0, model_options=options).fit(data.X)
     fitted = pyro_sparse.train("ssl_dgm", data.X, seed=3, lambda0=5.0, progress=False, **QUICK, **options)
     np.testing.assert_array_equal(estimator.transform(data.X), fitted.transform(data.X))
@@ -171,14 +173,18 @@ def test_random_state_none_or_generator(data):
 
 
 def test_model_options_are_forwarded_and_may_not_repeat_parameters(data):
-    estimator = quick(SparseVAE, model_options={"mask_prior": "horseshoe", "kl_warmup_epochs": 1}).fit(data.X)
+    options = {"mask_prior": "horseshoe", "schedule": Schedule(kl_warmup_epochs=1)}
+    estimator = quick(SparseVAE, model_options=options).fit(data.X)
     assert estimator.fitted_.config["hyperparameters"]["mask_prior"] == "horseshoe"
     assert estimator.fitted_.config["training"]["kl_warmup_epochs"] == 1
     for options in ({"lambda0": 1.0}, {"seed": 1}, {"data": data.X}):
         with pytest.raises(ValueError, match="model_options sets"):
             quick(SparseVAE, model_options=options).fit(data.X)
-    with pytest.raises(TypeError, match="no hyperparameter"):
+    with pytest.raises(TypeError, match=r"no option\(s\) \['lambda_0'\]"):
         quick(SparseVAE, model_options={"lambda_0": 1.0}).fit(data.X)
+    # A training setting goes in its config object, also within model_options.
+    with pytest.raises(TypeError, match="Schedule"):
+        quick(SparseVAE, model_options={"kl_warmup_epochs": 1}).fit(data.X)
 
 
 def test_bad_input_names_the_problem(data):

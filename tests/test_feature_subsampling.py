@@ -9,7 +9,7 @@ import torch
 from pyro import poutine
 
 import pyro_sparse
-from pyro_sparse import evaluation
+from pyro_sparse import Schedule, evaluation
 from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 from pyro_sparse.models import SparseDGM
 
@@ -130,8 +130,8 @@ def test_subsampling_before_the_kl_warmup_ends_warns(start, warns):
     train = synthetic_sparse_dgm(n=100, rho=0.0, seed=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pyro_sparse.train("ssl_dgm", train.X, latent_dim=3, max_epochs=1, kl_warmup_epochs=2, progress=False,
-                          feature_subsample_size=4, feature_subsample_start_epoch=start)
+        pyro_sparse.train("ssl_dgm", train.X, latent_dim=3, max_epochs=1, schedule=Schedule(kl_warmup_epochs=2),
+                          progress=False, feature_subsample_size=4, feature_subsample_start_epoch=start)
     early = [w for w in caught if "before the KL warm-up ends" in str(w.message)]
     assert len(early) == int(warns)
 

@@ -29,6 +29,7 @@ import pyro_sparse
 import pyro_sparse.guides
 import pyro_sparse.models
 import pyro_sparse.nn.masked as sparse_nn
+from pyro_sparse import Optimization, Schedule
 from pyro_sparse.data import (
     DataError,
     DataSummary,
@@ -36,9 +37,9 @@ from pyro_sparse.data import (
     check_training_data,
     check_values,
 )
+from pyro_sparse.data.dataset import Dataset
 from pyro_sparse.data.images import load_digits_images, smiley
 from pyro_sparse.data.synthetic import synthetic_sparse_dgm
-from pyro_sparse.infer import loop
 from pyro_sparse.interop.cli import main
 from pyro_sparse.interop.sklearn import OIVAE, VAE, VSC, SparseVAE, ThresholdedVSC
 from pyro_sparse.nn import DecoderMemoryError, MaskedDecoder
@@ -271,7 +272,7 @@ def test_bad_training_data_is_named(data, message):
 def test_the_validation_split_must_leave_two_points():
     data = np.random.default_rng(0).normal(size=(3, 2))
     with pytest.raises(DataError, match="at least 2 must remain"):
-        pyro_sparse.train("vae", data, validation_fraction=0.5, **TINY)
+        pyro_sparse.train("vae", data, schedule=Schedule(validation_fraction=0.5), **TINY)
 
 
 def test_counts_beyond_float32_are_named():
@@ -428,10 +429,10 @@ def test_synthetic_data_rejects_bad_arguments(arguments):
 FAMILIES = [
     ("ssl_dgm", {}),
     ("ssl_dgm", {"mask_prior": "horseshoe"}),
-    ("vae", {"validation_fraction": 0.2, "early_stopping": 2}),
+    ("vae", {"schedule": Schedule(validation_fraction=0.2, early_stopping=2)}),
     ("vsc", {"latent_prior": "pseudo_inputs", "num_pseudo_inputs": 4}),
     ("vsc", {"decoder": "linear", "spike_estimator": "straight_through"}),
-    ("tvsc", {"learn_threshold": True, "num_particles": 3, "particle_reduction": "max"}),
+    ("tvsc", {"learn_threshold": True, "optimization": Optimization(num_particles=3, particle_reduction="max")}),
     ("oi_vae", {}),
 ]
 
@@ -487,10 +488,11 @@ def test_decoder_memory_estimate_bounds_the_saved_activations():
 
 @pytest.mark.skipif(sparse_nn.available_memory_bytes("cpu") is None, reason="free memory is unknown on this system")
 def test_a_step_that_cannot_fit_in_memory_is_refused_before_training(X, monkeypatch):
-    monkeypatch.setattr("pyro_sparse.api.fit", lambda *args, **kwargs: pytest.fail("training started"))
+    monkeypatch.setattr("pyro_sparse.svi.fit", lambda *args, **kwargs: pytest.fail("training started"))
     # 60 points x 1000 particles x 2^20 hidden units: ~470 GiB for even one feature's activations.
     with pytest.raises(DecoderMemoryError, match=r"lower batch_size \(or num_particles"):
-        pyro_sparse.train("ssl_dgm", X, **{**TINY, "batch_size": 60, "hidden_dims": (2**20,)}, num_particles=1000)
+        pyro_sparse.train("ssl_dgm", X, **{**TINY, "batch_size": 60, "hidden_dims": (2**20,)},
+                          optimization=Optimization(num_particles=1000))
     # A chunked decoder is refused too when the device has less free memory than one chunk needs.
     monkeypatch.setattr(sparse_nn, "available_memory_bytes", lambda device: 2**10)
     with pytest.raises(DecoderMemoryError, match=r"but cpu has 0\.0 GiB free"):
@@ -502,15 +504,15 @@ def test_long_training_does_not_grow_memory(monkeypatch):
     """RSS at the start of each epoch stays flat after warm-up (a graph kept per step grows it ~0.16 MB/epoch)."""
     page = os.sysconf("SC_PAGE_SIZE")
     resident = []
-    epoch_batches = loop.minibatches
+    epoch_batches = Dataset.minibatches
 
-    def recording(matrix, batch_size, generator=None, device="cpu", shuffle=True):
+    def recording(self, batch_size, generator=None, device="cpu", shuffle=True):
         if shuffle:  # the training pass, once per epoch
             with open("/proc/self/statm") as stream:
                 resident.append(int(stream.read().split()[1]) * page)
-        return epoch_batches(matrix, batch_size, generator, device, shuffle)
+        return epoch_batches(self, batch_size, generator, device, shuffle)
 
-    monkeypatch.setattr(loop, "minibatches", recording)
+    monkeypatch.setattr(Dataset, "minibatches", recording)
     X = np.random.default_rng(0).normal(size=(128, 8)).astype(np.float32)
     pyro_sparse.train("ssl_dgm", X, latent_dim=3, hidden_dims=(64, 64), batch_size=64, max_epochs=200,
                       progress=False, device="cpu")

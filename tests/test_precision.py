@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import pyro_sparse
+from pyro_sparse import Checkpointing, Hardware
 from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 from pyro_sparse.infer.checkpoints import CheckpointError
 from pyro_sparse.interop.cli import main
@@ -116,7 +117,9 @@ def data():
 @pytest.fixture(scope="module")
 def fits(data):
     settings = {**QUICK, "max_epochs": 15, "batch_size": 100, "hidden_dims": (16, 16)}
-    return {p: pyro_sparse.train("ssl_dgm", data.X, precision=p, **settings) for p in ("fp32", "bf16")}
+    return {
+        p: pyro_sparse.train("ssl_dgm", data.X, hardware=Hardware(precision=p), **settings) for p in ("fp32", "bf16")
+    }
 
 
 def test_short_bf16_fit_of_ssl_dgm_ends_close_to_float32(fits):
@@ -158,11 +161,12 @@ def test_set_precision_changes_evaluation_only(fits, data):
 
 def test_checkpoint_records_precision(data, tmp_path):
     path = tmp_path / "run.ckpt"
-    pyro_sparse.train("ssl_dgm", data.X, precision="bf16", checkpoint_path=path, **QUICK)
-    resumed = pyro_sparse.train("ssl_dgm", data.X, precision="bf16", resume_from=path, **{**QUICK, "max_epochs": 3})
+    bf16, resume = Hardware(precision="bf16"), Checkpointing(resume_from=path)
+    pyro_sparse.train("ssl_dgm", data.X, hardware=bf16, checkpointing=Checkpointing(path=path), **QUICK)
+    resumed = pyro_sparse.train("ssl_dgm", data.X, hardware=bf16, checkpointing=resume, **{**QUICK, "max_epochs": 3})
     assert len(resumed.history_["train_loss"]) == 3
     with pytest.raises(CheckpointError, match="precision"):
-        pyro_sparse.train("ssl_dgm", data.X, precision="fp32", resume_from=path, **QUICK)
+        pyro_sparse.train("ssl_dgm", data.X, hardware=Hardware(precision="fp32"), checkpointing=resume, **QUICK)
 
 
 @pytest.mark.parametrize(
@@ -170,13 +174,18 @@ def test_checkpoint_records_precision(data, tmp_path):
     [("fp16", "precision must be 'fp32', 'bf16'"), ("BF16", "precision must be"), ("tf32", "needs a CUDA device")],
 )
 def test_bad_precision_raises_before_training(data, precision, match):
+    # A misspelt precision fails when the Hardware is made; tf32 without CUDA when train() sees the device.
     with pytest.raises(ValueError, match=match):
+        pyro_sparse.train("ssl_dgm", data.X, hardware=Hardware(precision=precision), **QUICK)
+    with pytest.raises(TypeError, match="Hardware"):
         pyro_sparse.train("ssl_dgm", data.X, precision=precision, **QUICK)
 
 
 def test_bf16_without_a_decoder_network_warns(data):
     with pytest.warns(UserWarning, match="precision='bf16' changes nothing"):
-        pyro_sparse.train("vsc", data.X, decoder="linear", precision="bf16", **{**QUICK, "max_epochs": 1})
+        pyro_sparse.train(
+            "vsc", data.X, decoder="linear", hardware=Hardware(precision="bf16"), **{**QUICK, "max_epochs": 1}
+        )
 
 
 def test_tf32_matmuls_sets_and_restores_the_backend_flags():
@@ -198,8 +207,9 @@ def test_tf32_matmuls_sets_and_restores_the_backend_flags():
 
 
 def test_estimator_and_cli_pass_precision_through(data, tmp_path, capsys):
-    estimator = SparseVAE(latent_dim=3, hidden_dims=(8,), max_epochs=1, precision="bf16", device="cpu").fit(data.X)
-    assert estimator.get_params()["precision"] == "bf16"
+    options = {"hardware": Hardware(precision="bf16")}
+    estimator = SparseVAE(latent_dim=3, hidden_dims=(8,), max_epochs=1, model_options=options, device="cpu").fit(data.X)
+    assert estimator.get_params()["model_options"]["hardware"].precision == "bf16"
     assert estimator.fitted_.config["training"]["precision"] == "bf16"
     argv = ["train", "--epochs", "1", "--latent-dim", "3", "--hidden-dims", "8", "--quiet", "--n", "200"]
     assert main([*argv, "--device", "cpu", "--precision", "tf32", "--out", str(tmp_path / "a")]) == 2
@@ -210,7 +220,7 @@ def test_estimator_and_cli_pass_precision_through(data, tmp_path, capsys):
 def test_cuda_bf16_fit_matches_float32(data):
     settings = {**QUICK, "max_epochs": 15, "batch_size": 100, "hidden_dims": (16, 16), "device": "cuda"}
     losses = {
-        p: pyro_sparse.train("ssl_dgm", data.X, precision=p, **settings).history_["train_loss"][-1]
+        p: pyro_sparse.train("ssl_dgm", data.X, hardware=Hardware(precision=p), **settings).history_["train_loss"][-1]
         for p in ("fp32", "bf16")
     }
     assert abs(losses["bf16"] / losses["fp32"] - 1) < 0.02
@@ -220,7 +230,7 @@ def test_cuda_bf16_fit_matches_float32(data):
 def test_cuda_tf32_fit_restores_the_backend_flags(data):
     backends = (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
     before = [backend.fp32_precision for backend in backends]
-    fitted = pyro_sparse.train("ssl_dgm", data.X, precision="tf32", **{**QUICK, "device": "cuda"})
+    fitted = pyro_sparse.train("ssl_dgm", data.X, hardware=Hardware(precision="tf32"), **{**QUICK, "device": "cuda"})
     assert fitted.config["training"]["precision"] == "tf32"
     assert fitted.model.decoder.precision == "fp32"
     assert [backend.fp32_precision for backend in backends] == before

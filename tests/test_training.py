@@ -1,10 +1,11 @@
-"""Learning rates by parameter group and their per-epoch decay (training.fit through train())."""
+"""Learning rates by parameter group and their per-epoch decay (pyro_sparse.infer.loop through train())."""
 
 import numpy as np
 import pytest
 import torch
 
 import pyro_sparse
+from pyro_sparse import Optimization, Schedule
 
 
 @pytest.fixture(scope="module")
@@ -14,11 +15,12 @@ def X():
     return (codes @ rng.normal(size=(6, 12)) + 0.1 * rng.normal(size=(200, 12))).astype(np.float32)
 
 
-def fit(X, epochs, **settings):
+def fit(X, epochs, **optimization):
     # No KL warm-up: its length depends on max_epochs, so runs of 1 and 2
     # epochs would differ already in the first epoch.
     fitted = pyro_sparse.train("tvsc", X, decoder="linear", latent_dim=6, hidden_dims=(16,), max_epochs=epochs,
-                               batch_size=50, lr=1e-2, kl_warmup_epochs=0, progress=False, **settings)
+                               batch_size=50, lr=1e-2, schedule=Schedule(kl_warmup_epochs=0), progress=False,
+                               optimization=Optimization(**optimization))
     encoder = torch.cat([p.detach().flatten() for p in fitted.guide.encoder.parameters()])
     return fitted._point("A"), encoder.numpy()
 
@@ -43,6 +45,8 @@ def test_lr_decay_shrinks_every_group_after_each_epoch(X):
 @pytest.mark.parametrize("setting", [dict(global_lr=0.0), dict(global_lr=-1.0), dict(lr_decay=0.0), dict(lr_decay=1.5)])
 def test_bad_learning_rate_settings_are_named(X, setting):
     with pytest.raises(ValueError, match=next(iter(setting))):
+        Optimization(**setting)
+    with pytest.raises(TypeError, match="Optimization"):
         pyro_sparse.train("tvsc", X, decoder="linear", latent_dim=6, max_epochs=1, progress=False, **setting)
 
 
@@ -59,5 +63,5 @@ def test_prior_penalties_ramp_with_the_kl_warmup(X, monkeypatch):
 
     monkeypatch.setattr(SpikeSlabLassoPrior, "after_step", recording)
     pyro_sparse.train("ssl_dgm", X, latent_dim=3, hidden_dims=(8,), max_epochs=4, batch_size=50,
-                      kl_warmup_epochs=2, progress=False)
+                      schedule=Schedule(kl_warmup_epochs=2), progress=False)
     np.testing.assert_allclose(strengths, np.minimum(1.0, np.arange(1, 17) / 8))

@@ -7,6 +7,7 @@ import torch
 from pyro import poutine
 
 import pyro_sparse
+from pyro_sparse import Optimization
 from pyro_sparse.data.images import load_digits_images
 from pyro_sparse.guides import ThresholdedGuide
 
@@ -97,7 +98,8 @@ def test_linear_decoder_is_a_dictionary_with_a_frobenius_prior(digits):
 
 
 def test_linear_dictionary_with_vectorised_particles(digits):
-    fitted = pyro_sparse.train("tvsc", digits, decoder="linear", num_particles=3, particle_reduction="max", **QUICK)
+    max_of_three = Optimization(num_particles=3, particle_reduction="max")
+    fitted = pyro_sparse.train("tvsc", digits, decoder="linear", optimization=max_of_three, **QUICK)
     assert np.isfinite(fitted.history_["train_loss"]).all()
     x = torch.as_tensor(digits[:5])
     trace = poutine.trace(pyro.plate("particles", 3, dim=-2)(fitted.model)).get_trace(x)
@@ -123,7 +125,8 @@ def test_bad_tvsc_settings_are_named(digits):
 def test_conv_networks_of_table_5_on_28x28_images():
     X = np.random.default_rng(0).random((64, 784)).astype(np.float32)
     X /= np.linalg.norm(X, axis=1, keepdims=True)
-    fitted = pyro_sparse.train("tvsc", X, decoder="conv", num_particles=2, particle_reduction="max", **QUICK)
+    max_of_two = Optimization(num_particles=2, particle_reduction="max")
+    fitted = pyro_sparse.train("tvsc", X, decoder="conv", optimization=max_of_two, **QUICK)
     assert np.isfinite(fitted.history_["train_loss"]).all()
     assert type(fitted.guide.encoder).__name__ == "ConvEncoder28"
     assert fitted.reconstruct(X[:5]).shape == (5, 784)

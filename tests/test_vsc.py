@@ -7,6 +7,7 @@ import torch
 from pyro import poutine
 
 import pyro_sparse
+from pyro_sparse import Optimization, Schedule
 from pyro_sparse.data.images import load_digits_images
 from pyro_sparse.distributions import SpikeAndSlab
 from pyro_sparse.guides import SpikeSlabGuide
@@ -233,7 +234,7 @@ def sparse_linear_data(num_data=1000, num_features=16, num_atoms=6, active=0.3, 
 
 
 LINEAR = dict(decoder="linear", spike_estimator="straight_through", hidden_dims=(64,), batch_size=100,
-              kl_warmup_epochs=0, progress=False)
+              schedule=Schedule(kl_warmup_epochs=0), progress=False)
 
 
 def test_linear_vsc_recovers_a_known_dictionary():
@@ -241,7 +242,8 @@ def test_linear_vsc_recovers_a_known_dictionary():
     # in 40 epochs; J = 1 needs ~100 epochs and misses one atom on some seeds.
     X, A, _ = sparse_linear_data()
     fitted = pyro_sparse.train("vsc", X, latent_dim=6, alpha=0.3, noise_variance=0.01, lr=2e-2, max_epochs=40,
-                               num_particles=5, particle_reduction="max", seed=0, **LINEAR)
+                               optimization=Optimization(num_particles=5, particle_reduction="max"), seed=0,
+                               **LINEAR)
     learned = fitted.guide.point_estimate("A").detach().numpy()
     cosines = np.abs((learned / np.linalg.norm(learned, axis=0)).T @ A)
     assert cosines.max(0).min() > 0.95, cosines.max(0)  # every true atom is found
@@ -270,8 +272,8 @@ def test_linear_vsc_has_tvsc_dictionary_prior_and_fixed_noise():
 
 def test_linear_vsc_with_vectorised_max_particles():
     X, _, _ = sparse_linear_data(num_data=300)
-    fitted = pyro_sparse.train("vsc", X, latent_dim=6, num_particles=3, particle_reduction="max", max_epochs=2,
-                               **LINEAR)
+    max_of_three = Optimization(num_particles=3, particle_reduction="max")
+    fitted = pyro_sparse.train("vsc", X, latent_dim=6, optimization=max_of_three, max_epochs=2, **LINEAR)
     assert np.isfinite(fitted.history_["train_loss"]).all()
     x = torch.as_tensor(X[:5])
     particles = pyro.plate("particles", 3, dim=-2)

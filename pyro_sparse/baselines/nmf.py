@@ -58,8 +58,8 @@ class FittedNMF:
     the marginal likelihood p(x) the deep models estimate.
 
     ``alpha`` is the penalty of scikit-learn's NMF before version 1.0 (used by
-    Moran et al. 2022, Appendix C.3: ``alpha=1.0``): alpha·(l1_ratio·(|W|₁ +
-    |H|₁) + ½(1 - l1_ratio)(‖W‖² + ‖H‖²)) added to the loss; current
+    Moran et al. 2022, Appendix C.3: ``alpha=1.0``): ``alpha·(l1_ratio·(‖W‖₁ + ‖H‖₁) +
+    ½(1 - l1_ratio)(‖W‖² + ‖H‖²))`` added to the loss; current
     scikit-learn scales its ``alpha_W``/``alpha_H`` by the numbers of features
     and data points, which this class undoes.
 
@@ -131,7 +131,7 @@ class FittedNMF:
         return cls(config, components, noise_variance, history)
 
     def save(self, path):
-        """Write the model to ``path`` (tensors + JSON; see :mod:`pyro_sparse.serialization`)."""
+        """Write the model to ``path`` (tensors + JSON; see :mod:`pyro_sparse.io.serialization`)."""
         state = {"components": torch.from_numpy(self.components)}
         if self.noise_variance is not None:
             state["noise_variance"] = torch.from_numpy(self.noise_variance)
@@ -209,7 +209,7 @@ class FittedNMF:
         """
         log p(x_i) per row at the row's fitted code (see the class notes for
         the likelihood).  ``num_samples`` is accepted for the interface of
-        :meth:`FittedModel.heldout_log_likelihood` and unused: given its code
+        :meth:`~pyro_sparse.fitted.FittedModel.heldout_log_likelihood` and unused: given its code
         a row's likelihood is exact.
         """
         X = self._check(X)

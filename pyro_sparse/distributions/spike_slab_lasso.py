@@ -96,16 +96,18 @@ class SpikeSlabLasso(TorchDistribution):
 
     def cdf(self, value):
         r"""
-        η F₁(w) + (1 - η) F₀(w) with the Laplace(0, 1/λ) CDF
-        F(w) = 1/2 - sign(w) expm1(-λ|w|)/2, accurate in both tails.
+        η F₁(w) + (1 - η) F₀(w), F the Laplace(0, 1/λ) CDFs: with
+        S = P(|W| > |w|) = η e^{-λ1|w|} + (1 - η) e^{-λ0|w|}, it is S/2 for
+        w < 0 and 1 - S/2 otherwise, which keeps the lower tail's relative
+        accuracy.
         """
         if self._validate_args:
             self._validate_sample(value)
         abs_value = value.abs()
-        tail = self.eta * torch.expm1(-self.lambda1 * abs_value) + (1 - self.eta) * torch.expm1(
-            -self.lambda0 * abs_value
+        half_tail = 0.5 * (
+            self.eta * torch.exp(-self.lambda1 * abs_value) + (1 - self.eta) * torch.exp(-self.lambda0 * abs_value)
         )
-        return 0.5 - 0.5 * value.sign() * tail
+        return torch.where(value < 0, half_tail, 1 - half_tail)
 
     @property
     def mean(self):

@@ -41,6 +41,19 @@ def gradient_snr(gradients, ddof=1):
     -------
     float
     """
+    gradients = _gradient_draws(gradients, ddof)
+    mean = gradients.mean(axis=0)
+    std = gradients.std(axis=0, ddof=ddof)
+    keep = (std > 0) | (mean != 0)
+    if not np.any(keep):
+        return float("nan")
+    with np.errstate(divide="ignore"):
+        snr = np.abs(mean[keep]) / std[keep]
+    return float(np.mean(snr))
+
+
+def _gradient_draws(gradients, ddof):
+    """Validated gradient draws as a float (S, P) array."""
     gradients = np.asarray(gradients, dtype=float)
     if gradients.ndim < 2:
         raise ValueError(
@@ -55,14 +68,7 @@ def gradient_snr(gradients, ddof=1):
         raise ValueError("gradients has no parameters")
     if not np.all(np.isfinite(gradients)):
         raise ValueError("gradients contains NaN or infinite values")
-    mean = gradients.mean(axis=0)
-    std = gradients.std(axis=0, ddof=ddof)
-    keep = (std > 0) | (mean != 0)
-    if not np.any(keep):
-        return float("nan")
-    with np.errstate(divide="ignore"):
-        snr = np.abs(mean[keep]) / std[keep]
-    return float(np.mean(snr))
+    return gradients
 
 
 def _check_collapse_args(eps, delta):

@@ -286,9 +286,9 @@ def multi_information(codes, k=3, max_samples=_MI_MAX_ROWS, random_state=0):
     difference is a KL divergence, finite and invariant under any change of
     each coordinate that loses no information. So each column is replaced by
     its randomised rank (ties, above all the atom at 0, broken at random;
-    :func:`_randomized_normal_scores`), mapped to standard-normal scores, and
+    ``_randomized_normal_scores``), mapped to standard-normal scores, and
     the total correlation of the scores is estimated with the kNN estimator of
-    Kraskov, Stoegbauer & Grassberger (2004) (:func:`_ksg_total_correlation`).
+    Kraskov, Stoegbauer & Grassberger (2004) (``_ksg_total_correlation``).
 
     The result is ~0 (within about +-0.05 nats at N = 2000) for independent
     coordinates whether they are Gaussian, Laplace or spike-and-slab, and

@@ -29,30 +29,9 @@ def support_f_score(W_est, true_support, matching):
     -------
     float in [0, 1].
     """
-    W_est = np.asarray(W_est)
-    true_support = np.asarray(true_support)
-    if W_est.ndim != 2:
-        raise ValueError(f"W_est must be a 2-D (features x codes) array, got {W_est.ndim}-D")
-    if true_support.ndim != 2:
-        raise ValueError(f"true_support must be a 2-D (features x factors) array, got {true_support.ndim}-D")
-    if W_est.shape[0] != true_support.shape[0]:
-        raise ValueError(
-            f"W_est and true_support must have the same number of rows (features), "
-            f"got {W_est.shape[0]} and {true_support.shape[0]}"
-        )
-    matching = np.asarray(matching)
+    W_est, true_support = _check_supports(W_est, true_support)
     G, K = W_est.shape
-    J = true_support.shape[1]
-    if matching.ndim != 1 or matching.shape[0] != J:
-        raise ValueError(
-            f"matching must be a 1-D array with one entry per true factor ({J}), got shape {matching.shape}"
-        )
-    if not np.issubdtype(matching.dtype, np.integer):
-        raise ValueError(f"matching must hold integer column indices, got dtype {matching.dtype}")
-    if np.any(matching < 0) or np.any(matching >= K):
-        raise ValueError(f"matching has indices outside the {K} columns of W_est: {matching.tolist()}")
-    if len(np.unique(matching)) != J:
-        raise ValueError(f"matching must map distinct factors to distinct columns, got {matching.tolist()}")
+    matching = _check_matching(matching, true_support.shape[1], K)
 
     estimated = W_est != 0
     # Unmatched columns keep an all-False truth, which is what charges their
@@ -65,6 +44,37 @@ def support_f_score(W_est, true_support, matching):
     if tp + fp + fn == 0:
         return 1.0
     return 2 * tp / (2 * tp + fp + fn)
+
+
+def _check_supports(W_est, true_support):
+    W_est = np.asarray(W_est)
+    true_support = np.asarray(true_support)
+    if W_est.ndim != 2:
+        raise ValueError(f"W_est must be a 2-D (features x codes) array, got {W_est.ndim}-D")
+    if true_support.ndim != 2:
+        raise ValueError(f"true_support must be a 2-D (features x factors) array, got {true_support.ndim}-D")
+    if W_est.shape[0] != true_support.shape[0]:
+        raise ValueError(
+            f"W_est and true_support must have the same number of rows (features), "
+            f"got {W_est.shape[0]} and {true_support.shape[0]}"
+        )
+    return W_est, true_support
+
+
+def _check_matching(matching, J, K):
+    """``matching`` as an array of J distinct column indices in 0..K-1."""
+    matching = np.asarray(matching)
+    if matching.ndim != 1 or matching.shape[0] != J:
+        raise ValueError(
+            f"matching must be a 1-D array with one entry per true factor ({J}), got shape {matching.shape}"
+        )
+    if not np.issubdtype(matching.dtype, np.integer):
+        raise ValueError(f"matching must hold integer column indices, got dtype {matching.dtype}")
+    if np.any(matching < 0) or np.any(matching >= K):
+        raise ValueError(f"matching has indices outside the {K} columns of W_est: {matching.tolist()}")
+    if len(np.unique(matching)) != J:
+        raise ValueError(f"matching must map distinct factors to distinct columns, got {matching.tolist()}")
+    return matching
 
 
 # Cap on the (chunk, J, J) intersection array built by support_jaccard.
@@ -107,6 +117,15 @@ def support_jaccard(codes, features=None, per_point=False):
     -------
     float in [0, 1], or array of shape (N,) if ``per_point``.
     """
+    support = _draw_supports(codes, features)
+    values = _mean_pairwise_jaccard(support)
+    if per_point:
+        return values
+    return float(values.mean())
+
+
+def _draw_supports(codes, features):
+    """Supports ``codes != 0`` of the (J, N, K) draws, as (N, J, K') floats (K' = selected features)."""
     codes = np.asarray(codes, dtype=float)
     if codes.ndim != 3:
         raise ValueError(f"codes must have shape (draws, data points, dimensions), got {codes.ndim}-D")
@@ -126,7 +145,12 @@ def support_jaccard(codes, features=None, per_point=False):
             )
         support = support[:, :, features]
     # (N, J, K') so that one batched product gives every pair's intersection.
-    support = np.ascontiguousarray(support.transpose(1, 0, 2), dtype=float)
+    return np.ascontiguousarray(support.transpose(1, 0, 2), dtype=float)
+
+
+def _mean_pairwise_jaccard(support):
+    """Per data point, the mean Jaccard index over ordered pairs of distinct draws (N,)."""
+    N, J, _ = support.shape
     sizes = support.sum(axis=2)
     off_diagonal = ~np.eye(J, dtype=bool)
     values = np.empty(N)
@@ -139,6 +163,4 @@ def support_jaccard(codes, features=None, per_point=False):
         with np.errstate(divide="ignore", invalid="ignore"):
             index = np.where(union > 0, inter / union, 1.0)
         values[start : start + chunk] = index[:, off_diagonal].mean(axis=1)
-    if per_point:
-        return values
-    return float(values.mean())
+    return values

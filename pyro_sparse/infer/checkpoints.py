@@ -1,5 +1,5 @@
 """
-Training checkpoints: everything :func:`pyro_sparse.training.fit` needs to go
+Training checkpoints: everything :func:`pyro_sparse.infer.loop.fit` needs to go
 on with a run as if it had never stopped.
 
 A snapshot holds the model and guide state dicts (parameters and buffers: the
@@ -8,7 +8,7 @@ moments and per-group learning rates, the learning-rate schedule, the loop's
 counters and history, the early-stopping best state, and the states of every
 random number generator a step draws from (torch, CUDA, numpy, Python's
 ``random`` and the minibatch generator).  Files are written with
-:mod:`pyro_sparse.serialization`: tensors and JSON only, read with
+:mod:`pyro_sparse.io.serialization`: tensors and JSON only, read with
 ``torch.load(weights_only=True)``, checksummed, replaced atomically.
 """
 

@@ -70,7 +70,7 @@ class MaxParticleELBO(TraceMeanField_ELBO):
 
     summed over the sample sites in the data plate, with each site's scale
     (the N/B minibatch factor of the subsampled data plate, β of a β-VAE, the
-    KL warm-up of :class:`pyro_sparse.handlers.scale_local_latents`).  As in
+    KL warm-up of :class:`pyro_sparse.infer.handlers.scale_local_latents`).  As in
     :class:`~pyro.infer.TraceMeanField_ELBO` the KL is analytic where the
     torch KL registry has one (it is then identical across particles unless
     the prior depends on an upstream latent), else the single-sample
@@ -103,7 +103,7 @@ class MaxParticleELBO(TraceMeanField_ELBO):
        draws, values and gradients).
 
     :meth:`differentiable_loss` returns -L as a scalar tensor (what
-    :func:`pyro_sparse.training.fit` calls), :meth:`loss` a float and
+    :func:`pyro_sparse.infer.loop.fit` calls), :meth:`loss` a float and
     :meth:`loss_and_grads` backpropagates, so it also plugs into
     :class:`pyro.infer.SVI`.
 
@@ -112,7 +112,7 @@ class MaxParticleELBO(TraceMeanField_ELBO):
     reparameterised mean-field guide (as for TraceMeanField_ELBO; checked at
     every call, since the particle selection admits no score-function
     gradient), and a vectorised data plate named ``data_plate`` (``"data"``
-    in this library, see :func:`pyro_sparse.handlers.data_plate`).
+    in this library, see :func:`pyro_sparse.plates.data_plate`).
 
     :param int num_particles: J (the paper uses J = 20).
     :param str particle_reduction: ``"max"`` (Eq. 9) or ``"mean"`` (Eq. 7).

@@ -8,8 +8,9 @@ plate scales the batch by N / batch size).  Around each optimizer step the
 loop calls ``before_step`` / ``after_step`` of every prior in
 ``model.site_priors`` on the guide's point estimate of that site (e.g. the
 SSL proximal step and E-step of Moran et al. 2022, Algorithm 1), giving
-``after_step`` Adam's per-coordinate step sizes.  Modules with training
-schedules define ``schedule(epoch, iteration)``, called before every step.
+``after_step`` Adam's per-coordinate step sizes.  Modules (models, guides
+and their submodules, priors included) with training schedules define
+``schedule(epoch, iteration)``, called before every step.
 """
 
 import copy
@@ -124,7 +125,7 @@ class Trainer:
         self.strategy = strategy or SingleProcess(model, guide, elbo)
         self.optimizer, self.scheduler = _optimizer(model, guide, self.settings)
         self.hooked = [(prior, guide.unconstrained[name]) for name, prior in model.site_priors.items()]
-        self.scheduled = [m for m in (model, guide) if hasattr(m, "schedule")]
+        self.scheduled = [m for m in (*model.modules(), *guide.modules()) if hasattr(m, "schedule")]
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.watched = [t for t in (*params, *model.buffers(), *guide.buffers()) if t.is_floating_point()]
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import torch
 
-from pyro_sparse.data import as_matrix, rows
+from pyro_sparse.fitted import evaluation_data
 from pyro_sparse.infer.importance import expected_observation
 
 
@@ -124,16 +124,16 @@ def latent_traversal(fitted, x, image_shape, dims=None, values=(-3, -2, -1, 0, 1
         raise ValueError(
             f"image_shape must be (height, width) holding the model's {fitted.num_features} features, got {image_shape}"
         )
-    matrix = as_matrix(x, name="x")
-    if matrix.shape[0] != 1:
-        raise ValueError(f"x must be one data point of shape (1, G), e.g. X[:1]; got {matrix.shape[0]} rows")
-    start = torch.as_tensor(fitted.transform(matrix), device=fitted.device)
+    point = evaluation_data(x, fitted.config)
+    if point.num_data != 1:
+        raise ValueError(f"x must be one data point of shape (1, G), e.g. X[:1]; got {point.num_data} rows")
+    start = torch.as_tensor(fitted.transform(point.matrix), device=fitted.device)
     latent_dim = start.shape[1]
     dims = list(range(min(latent_dim, 10))) if dims is None else [int(d) for d in dims]
     if not dims or not all(0 <= d < latent_dim for d in dims):
         raise ValueError(f"dims must be code dimensions in [0, {latent_dim}), got {dims}")
     values = torch.as_tensor(np.asarray(values, dtype=np.float32), device=fitted.device).reshape(-1)
-    repeated_x = rows(matrix, np.zeros(len(values), dtype=int), fitted.device)
+    repeated_x = point.rows(np.zeros(len(values), dtype=int), fitted.device)
     images = []
     for d in dims:
         codes = start.repeat(len(values), 1)

@@ -139,7 +139,7 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         return self
 
     def transform(self, X):
-        """Codes of X, (N, latent_dim): the posterior mode (see :meth:`FittedModel.transform`)."""
+        """Codes of X, (N, latent_dim): the posterior mode (see :meth:`~pyro_sparse.fitted.FittedModel.transform`)."""
         check_is_fitted(self)
         return self.fitted_.transform(self._validate(X, reset=False))
 

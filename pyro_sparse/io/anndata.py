@@ -1,6 +1,6 @@
 """
 AnnData (the data container of scanpy and scvi-tools) in and out of
-:func:`pyro_sparse.train` and :class:`~pyro_sparse.api.FittedModel`.
+:func:`pyro_sparse.train` and :class:`~pyro_sparse.fitted.FittedModel`.
 
 anndata is the optional ``anndata`` extra.  This module never imports it: an
 AnnData object can only exist once its user has imported anndata, so it is
@@ -72,10 +72,11 @@ def _optional(fitted, attribute):
 def write_to(fitted, adata, key=None):
     """
     Store what ``fitted`` learned in ``adata`` (scanpy's conventions):
-    ``obsm["X_<key>"]`` the codes of every cell (:meth:`~pyro_sparse.api.FittedModel.transform`),
+    ``obsm["X_<key>"]`` the codes of every cell (:meth:`~pyro_sparse.fitted.FittedModel.transform`),
     and, where the model has them, ``varm["W_<key>"]`` the (genes x factors)
-    decoder mask W and ``varm["inclusion_probs_<key>"]`` E[γ_jk | w_jk, η_k].
-    ``key`` defaults to the model's name.
+    decoder mask W and ``varm["inclusion_probs_<key>"]`` E[γ_jk | w_jk, η_k],
+    and ``uns["latent_correlation_<key>"]`` the (K, K) correlation matrix of
+    a Gaussian prior of the codes.  ``key`` defaults to the model's name.
     """
     if not is_anndata(adata):
         raise TypeError(f"write_to needs an AnnData, got a {type(adata).__name__}")
@@ -88,3 +89,6 @@ def write_to(fitted, adata, key=None):
         inclusion_probs = _optional(fitted, "inclusion_probs_")
         if inclusion_probs is not None:
             adata.varm[f"inclusion_probs_{key}"] = inclusion_probs
+    correlation = _optional(fitted, "latent_correlation_")
+    if correlation is not None:
+        adata.uns[f"latent_correlation_{key}"] = correlation

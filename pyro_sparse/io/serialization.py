@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import torch
 
+from pyro_sparse.version import __version__
+
 
 class FileFormat(NamedTuple):
     """The format tag and version written into a file, and what to call it in errors."""
@@ -45,8 +47,6 @@ def write(path, config, states, file_format=MODEL_FILE):
     Write ``config`` (JSON-able dict) and ``states`` (name -> state dict)
     atomically: a crash mid-write leaves any previous file at ``path`` intact.
     """
-    from pyro_sparse import __version__
-
     config_json = json.dumps(config, sort_keys=True)
     states = {part: {k: v.detach().cpu() for k, v in state.items()} for part, state in states.items()}
     payload = {

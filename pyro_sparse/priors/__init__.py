@@ -11,6 +11,7 @@ from pyro_sparse.priors.horseshoe import (
     HorseshoePrior,
 )
 from pyro_sparse.priors.latent import (
+    CorrelatedNormalPrior,
     DistributionPrior,
     LatentPrior,
     NormalPrior,
@@ -36,20 +37,22 @@ from pyro_sparse.priors.ssl import (
     SpikeSlabLassoPrior,
 )
 
-# Priors of the codes z by name; each class's keyword arguments are the
-# prior's hyperparameters, which train() accepts next to the model's.
+#: Priors of the codes z by name; each class's keyword arguments are the
+#: prior's hyperparameters, which train() accepts next to the model's.
 LATENT_PRIORS = {
     "normal": NormalPrior,
+    "correlated": CorrelatedNormalPrior,
     "spike_slab": SpikeSlabPrior,
     "pseudo_inputs": PseudoInputPrior,
     "thresholded_laplace": ThresholdedLaplacePrior,
     "thresholded_normal": ThresholdedNormalPrior,
 }
 
-# Priors of a decoder mask W (G, K) by name, with their hyperparameters likewise.
+#: Priors of a decoder mask W (G, K) by name, with their hyperparameters likewise.
 MASK_PRIORS = {"ssl": SpikeSlabLassoPrior, "horseshoe": HorseshoePrior}
 
 __all__ = [
+    "CorrelatedNormalPrior",
     "DEFAULT_NOISE_NU",
     "calibrated_noise_xi",
     "fixed_noise_variance",

@@ -27,6 +27,7 @@ parameters learned with the model's.  Priors know nothing of the model.
 """
 
 import math
+import warnings
 
 import pyro
 import pyro.distributions as dist
@@ -66,6 +67,13 @@ class LatentPrior(nn.Module):
     def attach_guide(self, guide):
         """Called once the guide is built; for priors that use the guide's networks."""
 
+    def point_estimate_sites(self):
+        """Global sites of this prior that the guide point-estimates: name -> (initial value, support)."""
+        return {}
+
+    def sample_globals(self, like):
+        """The prior's global sites, sampled by the model before its data plate (none by default)."""
+
     def sample(self, x, kl_weight):
         """The code sites of one minibatch (inside the model's data plate); returns z."""
         with poutine.scale(scale=kl_weight):
@@ -73,30 +81,88 @@ class LatentPrior(nn.Module):
 
 
 class NormalPrior(LatentPrior):
-    """
-    z ~ N(0, Σ_z), Σ_z = I_K unless ``prior_covariance`` (a (K, K) positive
-    definite array) is given (Moran et al. 2022, Eq. 59).
+    r"""
+    z ~ N(0, Σ_z) (Moran et al. 2022, Eq. 1 and 59): Σ_z = I_K by default, a
+    fixed (K, K) positive definite ``prior_covariance``, or, with
+    ``learn_correlation``, a correlation matrix R = L Lᵀ learned with the
+    model.  R has a unit diagonal, so the scale of the codes stays fixed and
+    the decoder (and the sparse mask W) carries the scale of the data; only
+    the factors' correlations are learned.
+
+    A learned R is a global site ``"latent_correlation"`` holding its Cholesky
+    factor L with the prior L ~ LKJCholesky(K, η) (η = ``lkj_concentration``;
+    η = 1 is uniform over correlation matrices, η > 1 favours independence),
+    point-estimated (MAP) like W and σ²: it is shared by all N data points,
+    so its posterior is concentrated and a point estimate loses little, and
+    the KL of Eq. 59 between the diagonal Gaussian q(z | x) and N(0, R) stays
+    in closed form.  With Σ_z = I the KL charges ½ log(1/(1 - ρ²)) nats per
+    data point for factors correlated by ρ, which pushes the fit towards
+    decorrelated (rotated) factors; a learned R removes that charge.
+
+    :param int latent_dim: K.
+    :param prior_covariance: a fixed Σ_z, or ``None``.
+    :param bool learn_correlation: learn R (exclusive with ``prior_covariance``).
+    :param float lkj_concentration: η > 0 of the LKJ prior of a learned R.
     """
 
     sparse_codes = False
+    site = "latent_correlation"
 
-    def __init__(self, latent_dim, prior_covariance=None):
+    def __init__(self, latent_dim, prior_covariance=None, learn_correlation=False, lkj_concentration=2.0):
         super().__init__(latent_dim)
-        self.identity_covariance = prior_covariance is None
-        covariance = torch.eye(latent_dim) if prior_covariance is None else torch.as_tensor(
-            prior_covariance, dtype=torch.float32
-        )
-        if covariance.shape != (latent_dim, latent_dim):
-            raise ValueError(f"prior_covariance must be ({latent_dim}, {latent_dim}), got {tuple(covariance.shape)}")
-        scale_tril, info = torch.linalg.cholesky_ex(covariance)
-        if info != 0 or not torch.allclose(covariance, covariance.T):
-            raise ValueError("prior_covariance must be a symmetric positive definite matrix")
-        self.register_buffer("scale_tril", scale_tril)
+        if not lkj_concentration > 0:
+            raise ValueError(f"lkj_concentration must be positive, got {lkj_concentration!r}")
+        if learn_correlation and prior_covariance is not None:
+            raise ValueError("learn_correlation and prior_covariance exclude each other: give one of them")
+        if learn_correlation and latent_dim == 1:
+            warnings.warn("learn_correlation with latent_dim=1: a single code has no correlation to learn",
+                          stacklevel=2)
+        self.learn_correlation = bool(learn_correlation) and latent_dim > 1
+        self.lkj_concentration = float(lkj_concentration)
+        self.identity_covariance = prior_covariance is None and not self.learn_correlation
+        self.register_buffer("scale_tril", _cholesky(prior_covariance, latent_dim))
+        self._sampled_scale_tril = None
+
+    def point_estimate_sites(self):
+        if not self.learn_correlation:
+            return {}
+        return {self.site: (torch.eye(self.latent_dim), constraints.corr_cholesky)}
+
+    def sample_globals(self, like):
+        if self.learn_correlation:
+            prior = dist.LKJCholesky(self.latent_dim, like.new_tensor(self.lkj_concentration))
+            self._sampled_scale_tril = pyro.sample(self.site, prior)
 
     def distribution(self, x):
         if self.identity_covariance:
             return dist.Normal(x.new_zeros(self.latent_dim), 1.0).to_event(1)
-        return dist.MultivariateNormal(x.new_zeros(self.latent_dim), scale_tril=self.scale_tril)
+        scale_tril = self._sampled_scale_tril if self.learn_correlation else self.scale_tril
+        if scale_tril is None:
+            raise RuntimeError("a learned correlation is sampled by the model (sample_globals) before the codes")
+        return dist.MultivariateNormal(x.new_zeros(self.latent_dim), scale_tril=scale_tril)
+
+
+class CorrelatedNormalPrior(NormalPrior):
+    """
+    ``latent_prior="correlated"``: :class:`NormalPrior` with a learned
+    correlation matrix under an LKJ(``lkj_concentration``) prior.
+    """
+
+    def __init__(self, latent_dim, lkj_concentration=2.0):
+        super().__init__(latent_dim, learn_correlation=True, lkj_concentration=lkj_concentration)
+
+
+def _cholesky(covariance, latent_dim):
+    """The Cholesky factor of a fixed prior covariance (identity for ``None``), after checking it."""
+    if covariance is None:
+        return torch.eye(latent_dim)
+    covariance = torch.as_tensor(covariance, dtype=torch.float32)
+    if covariance.shape != (latent_dim, latent_dim):
+        raise ValueError(f"prior_covariance must be ({latent_dim}, {latent_dim}), got {tuple(covariance.shape)}")
+    scale_tril, info = torch.linalg.cholesky_ex(covariance)
+    if info != 0 or not torch.allclose(covariance, covariance.T):
+        raise ValueError("prior_covariance must be a symmetric positive definite matrix")
+    return scale_tril
 
 
 class SpikeSlabPrior(LatentPrior):
@@ -325,6 +391,7 @@ __all__ = [
     "DistributionPrior",
     "LatentPrior",
     "NormalPrior",
+    "CorrelatedNormalPrior",
     "PseudoInputPrior",
     "SpikeSlabPrior",
     "ThresholdedLaplacePrior",

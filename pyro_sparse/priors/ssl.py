@@ -16,7 +16,7 @@ class SpikeSlabLassoPrior(SitePrior):
       computed in float64 without autograd, so η never underflows to zero by
       rounding alone.
     * M-step for W: the E-step turns the prior term into a weighted lasso
-      -Σ λ*_jk |w_jk| with λ* = λ*(w^(t), η^(t)) (Eq. 55, 58).  It is applied
+      ``-Σ λ*_jk |w_jk|`` with λ* = λ*(w^(t), η^(t)) (Eq. 55, 58).  It is applied
       as a proximal step in the optimizer's own metric: ``before_step``
       removes the lasso's gradient λ*·sign(w) (which autograd put there via
       the SSL log-density) so the optimizer sees only the smooth part, and
@@ -39,9 +39,18 @@ class SpikeSlabLassoPrior(SitePrior):
     :param float gradient_averaging: weight of the newest gradient in the
         running average that decides whether a zero entry may leave zero
         (0.01 averages over about 100 steps).
+    :param lambda0_path: spike rates visited before ``lambda0``, increasing,
+        each for ``lambda0_path_epochs`` epochs from the start of training: the
+        dynamic posterior exploration of Ročková & George (2018, Sec. 4), a
+        ladder of increasing λ0 where each rung warm-starts from the last.  A
+        small λ0 (near λ1) first lets W find which entries the data use; the
+        rising spike rate then moves the others to exactly zero.  ``None``:
+        λ0 throughout.
+    :param float lambda0_path_epochs: epochs per rung of ``lambda0_path``.
     """
 
-    def __init__(self, num_features, latent_dim, lambda0=10.0, lambda1=1.0, a=1.0, b=None, gradient_averaging=0.01):
+    def __init__(self, num_features, latent_dim, lambda0=10.0, lambda1=1.0, a=1.0, b=None, gradient_averaging=0.01,
+                 lambda0_path=None, lambda0_path_epochs=10.0):
         super().__init__()
         if not (lambda0 > 0 and lambda1 > 0):
             raise ValueError(f"lambda0 and lambda1 must be positive, got {lambda0}, {lambda1}")
@@ -55,22 +64,40 @@ class SpikeSlabLassoPrior(SitePrior):
         self.lambda0, self.lambda1, self.a, self.b = float(lambda0), float(lambda1), float(a), b
         self.gradient_averaging = float(gradient_averaging)
         self.num_features = num_features
+        self.lambda0_path = tuple(float(rate) for rate in lambda0_path) if lambda0_path is not None else ()
+        rates = (self.lambda1, *self.lambda0_path, self.lambda0)
+        if any(later < earlier for earlier, later in zip(rates, rates[1:])):
+            raise ValueError(
+                f"lambda0_path must increase from lambda1 ({self.lambda1}) towards lambda0 ({self.lambda0}), "
+                f"got {self.lambda0_path}"
+            )
+        if not lambda0_path_epochs > 0:
+            raise ValueError(f"lambda0_path_epochs must be positive, got {lambda0_path_epochs!r}")
+        self.lambda0_path_epochs = float(lambda0_path_epochs)
+        # The spike rate in force: a buffer, so checkpoints and loaded models keep where the path was.
+        self.register_buffer("spike_rate", torch.tensor(rates[1], dtype=torch.float64))
         self.register_buffer("eta", torch.full((latent_dim,), 0.5))
         self.register_buffer("inclusion_probs", torch.full((num_features, latent_dim), 0.5))
         self.register_buffer("average_gradient", torch.zeros(num_features, latent_dim))
         self.register_buffer("num_steps", torch.zeros((), dtype=torch.long))
         self._was_zero = None
 
+    def schedule(self, epoch, iteration):
+        """Called by the training loop before each step: the spike rate of the current rung of the λ0 path."""
+        rung = int(epoch // self.lambda0_path_epochs)
+        self.spike_rate.fill_(self.lambda0_path[rung] if rung < len(self.lambda0_path) else self.lambda0)
+
     def _ssl(self, like):
-        return SpikeSlabLasso(self.eta.to(like.dtype).expand_as(like), self.lambda0, self.lambda1)
+        return SpikeSlabLasso(self.eta.to(like.dtype).expand_as(like), self.spike_rate.item(), self.lambda1)
 
     def distribution(self):
         """The prior of W as a Pyro distribution with event shape (G, K)."""
-        return SpikeSlabLasso(self.eta.expand(self.num_features, -1), self.lambda0, self.lambda1).to_event(2)
+        eta = self.eta.expand(self.num_features, -1)
+        return SpikeSlabLasso(eta, self.spike_rate.item(), self.lambda1).to_event(2)
 
     def penalty_weights(self):
         """λ* (Eq. 58) from the last E-step."""
-        return self.lambda1 * self.inclusion_probs + self.lambda0 * (1 - self.inclusion_probs)
+        return self.lambda1 * self.inclusion_probs + self.spike_rate.item() * (1 - self.inclusion_probs)
 
     @torch.no_grad()
     def update(self, mask):
