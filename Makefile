@@ -1,11 +1,12 @@
 # Two entry points, each works on a fresh machine (Python 3.10+ with venv):
 #   make demo  - install everything, train the sparse VAE on the built-in synthetic data
 #   make test  - install everything, run the test suite
+# (make docs builds the documentation into docs/_build/html.)
 VENV ?= .venv
 PYTHON ?= python3
 BIN = $(VENV)/bin
 
-.PHONY: demo test install data clean
+.PHONY: demo test install data docs clean
 
 $(BIN)/pyro-sparse: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,5 +40,10 @@ data: install
 test: install data
 	$(BIN)/pytest
 
+# The Sphinx site (docs/), warnings as errors; open docs/_build/html/index.html.
+docs: install
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) demo-output .pytest_cache docs/_build

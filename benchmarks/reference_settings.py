@@ -18,7 +18,8 @@ train on random data of the paper's shapes (timing only) for a few epochs; the
 paper's epoch count is extrapolated linearly.  Times are the process's CPU
 seconds on one thread (the machine is shared; wall-clock would time the
 neighbours too).  A VAE epoch (``model="vae"``)
-is timed alongside for scale, and ours with ``precision="bf16"`` decoders.
+is timed alongside for scale, and ours with bfloat16 decoders
+(``hardware=Hardware(precision="bf16")``).
 
     python benchmarks/reference_settings.py            # both settings, ~2 min on one thread
 """
@@ -35,6 +36,7 @@ import torch.nn.functional as F
 from decoder_speed import per_feature_loop
 
 import pyro_sparse
+from pyro_sparse import Hardware
 from pyro_sparse.distributions import SpikeSlabLasso
 from pyro_sparse.nn import MaskedDecoder, mlp
 
@@ -48,7 +50,7 @@ SETTINGS = {
 
 def time_ours(model, X, s, epochs, precision="fp32"):
     options = {"latent_dim": s["K"], "hidden_dims": (s["H"],) * 3, "batch_size": s["batch"], "lr": 0.01,
-               "device": "cpu", "progress": False, "precision": precision}
+               "device": "cpu", "progress": False, "hardware": Hardware(precision=precision)}
     pyro_sparse.train(model, X, max_epochs=1, **options)  # warm-up: one-off costs of a first call
     start = time.process_time()
     pyro_sparse.train(model, X, max_epochs=epochs, **options)

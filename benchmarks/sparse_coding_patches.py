@@ -90,6 +90,7 @@ import platform
 import sys
 import time
 import traceback
+from dataclasses import fields
 from pathlib import Path
 
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -100,8 +101,10 @@ import torch  # noqa: E402
 from torch.distributions import Independent, Laplace, Normal, kl_divergence  # noqa: E402
 
 import pyro_sparse  # noqa: E402
-from pyro_sparse import (
-    evaluation,  # noqa: E402
+from pyro_sparse import (  # noqa: E402
+    Optimization,
+    Schedule,
+    evaluation,
     registry,
 )
 from pyro_sparse.baselines.fista import fista, learn_dictionary, sparse_coding_objective  # noqa: E402
@@ -167,7 +170,7 @@ def parse_args(argv=None):
     p.add_argument("--hidden-dims", type=int, nargs="+", default=[512, 1024, 512, 256])
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the encoder")
     p.add_argument("--global-lr", type=float, default=None,
-                   help="Adam learning rate of the dictionary (train's global_lr; default --lr)")
+                   help="Adam learning rate of the dictionary (Optimization(global_lr=...); default --lr)")
     p.add_argument("--lr-decay", type=float, default=0.99, help="per-epoch learning-rate decay (paper: 0.99)")
     p.add_argument("--kl-warmup-epochs", type=float, default=0.0)
     p.add_argument("--warmup-fraction", type=float, default=1 / 3,
@@ -322,6 +325,20 @@ def run_fista(args, data, seed, out_dir):
 # --------------------------------------------------------------------------- variational runs
 
 
+def train_arguments(kw):
+    """
+    ``kw`` as the records keep it (training settings flat, next to the
+    hyperparameters) with the settings grouped into ``train``'s config objects.
+    """
+    kw = dict(kw)
+    grouped = {}
+    for argument, config in (("optimization", Optimization), ("schedule", Schedule)):
+        settings = {f.name: kw.pop(f.name) for f in fields(config) if f.name in kw}
+        if settings:
+            grouped[argument] = config(**settings)
+    return {**kw, **grouped}
+
+
 def tvsc_kwargs(args, method, J, reduction, straight_through, seed, num_train):
     m = METHODS[method]
     steps = args.epochs * math.ceil(num_train / args.batch_size)
@@ -450,7 +467,7 @@ def run_variational(args, data, method, J, reduction, straight_through, seed, ve
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     try:
-        fitted = pyro_sparse.train(model, data.train, **kw)
+        fitted = pyro_sparse.train(model, data.train, **train_arguments(kw))
     except TrainingDivergedError as error:
         rec.update(status="diverged (NaN)", error=str(error), train_seconds=time.perf_counter() - t0)
         return rec
@@ -534,13 +551,13 @@ def run_variational(args, data, method, J, reduction, straight_through, seed, ve
 def capabilities(data):
     tiny = data.train[:16]
     base = dict(decoder="linear", latent_dim=8, hidden_dims=(8,), max_epochs=1, batch_size=8, progress=False,
-                device="cpu", kl_warmup_epochs=0, noise_variance=0.5)
+                device="cpu", schedule=Schedule(kl_warmup_epochs=0), noise_variance=0.5)
     plain_ok, plain_err = probe(lambda: pyro_sparse.train("tvsc", tiny, threshold=None, **base))
-    vec_ok, vec_err = probe(lambda: pyro_sparse.train("tvsc", tiny, threshold=0.25, num_particles=2,
-                                                      particle_reduction="max", **base))
+    max_of_two = Optimization(num_particles=2, particle_reduction="max")
+    vec_ok, vec_err = probe(lambda: pyro_sparse.train("tvsc", tiny, threshold=0.25, optimization=max_of_two, **base))
     return dict(plain_priors=plain_ok, plain_priors_error=plain_err, vectorized_particles=vec_ok,
                 vectorized_particles_error=vec_err,
-                spike_slab_linear="decoder" in registry.hyperparameter_names("vsc"))
+                spike_slab_linear="decoder" in registry.get_entry("vsc").option_names())
 
 
 # --------------------------------------------------------------------------- tables
@@ -828,7 +845,9 @@ def main(argv=None):
             name: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(os.path.getmtime(importlib.import_module(name).__file__)))
             for name in ("pyro_sparse.models.tvsc", "pyro_sparse.guides.thresholded",
                          "pyro_sparse.distributions.thresholded", "pyro_sparse.infer.elbo", "pyro_sparse.infer.loop",
-                         "pyro_sparse.api", "pyro_sparse.baselines.fista", "pyro_sparse.data.patches", "pyro_sparse.infer.importance.metrics")
+                         "pyro_sparse.api", "pyro_sparse.baselines.fista", "pyro_sparse.data.patches",
+                         "pyro_sparse.evaluation.collapse", "pyro_sparse.evaluation.support",
+                         "pyro_sparse.evaluation.disentanglement")
         },
     )
 

@@ -13,9 +13,9 @@ structure:
   (about 15% of the entries are 1; MovieLens 100k: 6%).
 
 Each model is trained in chunks of ``--eval-every`` epochs through the public
-API (``train(..., checkpoint_path=..., resume_from=...)``: a resumed run ends
-with the same parameters as an uninterrupted one, and ``kl_warmup_epochs`` is
-fixed so it does not follow ``max_epochs``); after each chunk the heldout
+API (``train(..., checkpointing=Checkpointing(path=..., resume_from=...))``: a
+resumed run ends with the same parameters as an uninterrupted one, and
+``Schedule(kl_warmup_epochs=...)`` is fixed so it does not follow ``max_epochs``); after each chunk the heldout
 log-likelihood is estimated with ``FittedModel.heldout_log_likelihood``
 (untimed).  Times are the process's CPU seconds of training on one thread
 (the machine is shared, so wall-clock would measure the neighbours; it is
@@ -84,6 +84,7 @@ import numpy as np
 import torch
 
 import pyro_sparse
+from pyro_sparse import Checkpointing, Hardware, Optimization, Schedule
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -136,10 +137,10 @@ def run_model(name, options, X_train, X_test, args, likelihood, workdir):
         start, start_wall = time.process_time(), time.perf_counter()
         fitted = pyro_sparse.train(
             options["model"], X_train, latent_dim=args.latent, likelihood=likelihood, max_epochs=epoch,
-            batch_size=args.batch, lr=options["lr"], lr_decay=args.lr_decay, seed=args.seed, device="cpu", progress=False,
-            kl_warmup_epochs=options["warmup"], checkpoint_path=path, checkpoint_every=args.eval_every,
-            resume_from=path if path.exists() else None, hidden_dims=(args.hidden,) * 3,
-            precision=args.precision, **options.get("hyper", {}),
+            batch_size=args.batch, lr=options["lr"], seed=args.seed, device="cpu", progress=False,
+            optimization=Optimization(lr_decay=args.lr_decay), schedule=Schedule(kl_warmup_epochs=options["warmup"]),
+            checkpointing=Checkpointing(path=path, every=args.eval_every, resume_from=path if path.exists() else None),
+            hardware=Hardware(precision=args.precision), hidden_dims=(args.hidden,) * 3, **options.get("hyper", {}),
         )
         seconds += time.process_time() - start
         wall += time.perf_counter() - start_wall
@@ -279,14 +280,15 @@ def main():
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--lr", default="0.003,0.01", help="Adam learning rates, comma-separated; every model runs with each")
     parser.add_argument("--seed", type=int, default=0, help="train(seed=...): initialisation and minibatch order (the data stay fixed)")
-    parser.add_argument("--lr-decay", type=float, default=1.0, help="train(lr_decay=...): per-epoch factor, every model")
+    parser.add_argument("--lr-decay", type=float, default=1.0,
+                        help="Optimization(lr_decay=...): per-epoch factor, every model")
     parser.add_argument("--kl-warmup-epochs", default="8", help="KL warm-up lengths, comma-separated; every model runs with each")
     parser.add_argument("--epochs", default="vae=40,ssl_dgm_subsampled=12,ssl_dgm=6", help="epoch budget per model")
     parser.add_argument("--max-seconds", type=float, default=600, help="training-time budget per model")
     parser.add_argument("--eval-every", type=int, default=1)
     parser.add_argument("--iw-samples", type=int, default=10)
     parser.add_argument("--slack", type=float, default=0.002, help="'VAE final' target: best VAE LL - slack * |LL|")
-    parser.add_argument("--precision", default="fp32", help="train(precision=...): fp32 or bf16 decoders")
+    parser.add_argument("--precision", default="fp32", help="Hardware(precision=...): fp32 or bf16 decoders")
     parser.add_argument("--out", default=None, help="results name, or a path without suffix (default time_to_quality[_quick|_smoke])")
     args = parser.parse_args()
     if args.quick:
@@ -316,7 +318,7 @@ def main():
     warm_up = np.random.default_rng(0).random((200, args.features)).astype(np.float32)
     for name in args.models:
         pyro_sparse.train(options[name]["model"], warm_up, latent_dim=args.latent, max_epochs=1, progress=False,
-                          device="cpu", hidden_dims=(args.hidden,) * 3, precision=args.precision,
+                          device="cpu", hidden_dims=(args.hidden,) * 3, hardware=Hardware(precision=args.precision),
                           **options[name].get("hyper", {}))
     all_results = {}
     for data_name in args.data.split(","):

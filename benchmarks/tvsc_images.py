@@ -124,7 +124,7 @@ from pyro import poutine  # noqa: E402
 from scipy.special import erfcinv  # noqa: E402
 
 import pyro_sparse  # noqa: E402
-from pyro_sparse import evaluation  # noqa: E402
+from pyro_sparse import Optimization, Schedule, evaluation  # noqa: E402
 from pyro_sparse.data import images
 
 HERE = Path(__file__).resolve().parent
@@ -227,7 +227,7 @@ def hyperparameters(key, args, iterations, rate=None):
 def decode(fitted, X, codes):
     """
     E[x | z = codes]: the model replayed on a guide trace whose z site is set
-    to ``codes``.  Only z is set: ``evaluation.expected_observation(codes=...)``
+    to ``codes``.  Only z is set: ``pyro_sparse.infer.importance.expected_observation(codes=...)``
     writes the codes into every local site, which for a learned threshold is
     λ as well.
     """
@@ -261,7 +261,8 @@ def fit_and_score(job, args, X_train, X_test, mean_mse):
         fitted = pyro_sparse.train(
             spec["model"], X_train, latent_dim=job["latent_dim"], max_epochs=args.epochs,
             batch_size=args.batch_size, lr=args.lr, seed=job["seed"], device="cpu", progress=False,
-            kl_warmup_epochs=0, num_particles=args.particles, particle_reduction="max", **hyper,
+            schedule=Schedule(kl_warmup_epochs=0),
+            optimization=Optimization(num_particles=args.particles, particle_reduction="max"), **hyper,
         )
     except Exception as error:  # a diverged fit is a result, not a crash of the benchmark
         traceback.print_exc()

@@ -205,6 +205,7 @@ def run(job):
 
 def _fit(job, X):
     import pyro_sparse
+    from pyro_sparse import Schedule
 
     hyper = {"hidden_dims": tuple(job["hidden"])}
     if job["model"] == "vsc":
@@ -215,7 +216,7 @@ def _fit(job, X):
     fitted = pyro_sparse.train(
         job["model"], X, latent_dim=job["latent_dim"], likelihood=job["likelihood"],
         max_epochs=job["epochs"], batch_size=job["batch_size"], lr=job["lr"], seed=job["seed"],
-        progress=False, kl_warmup_epochs=job["kl_warmup_fraction"] * job["epochs"], **hyper,
+        progress=False, schedule=Schedule(kl_warmup_epochs=job["kl_warmup_fraction"] * job["epochs"]), **hyper,
     )
     return fitted, time.perf_counter() - start
 

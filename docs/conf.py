@@ -1,13 +1,9 @@
 """Sphinx configuration of the pyro_sparse documentation (``make docs``)."""
 
-import os
-import sys
-
-# The package is installed in the venv (editable); the path makes the build
-# work from a plain checkout too.
-sys.path.insert(0, os.path.abspath(".."))
-
-from pyro_sparse import __version__  # noqa: E402
+# Autodoc imports the installed package (``make docs`` installs it editable
+# first): ``pyro_sparse.models`` and ``pyro_sparse.guides`` live in models/ and
+# guides/ and exist only through the installation's package mapping.
+from pyro_sparse import __version__
 
 project = "pyro_sparse"
 author = "pyro_sparse maintainers"
@@ -17,22 +13,23 @@ version = release = __version__
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.mathjax",
+    "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
 ]
 
-# Docstrings use reST field lists (:param x:), so no napoleon.
+# Most docstrings use reST field lists (:param x:); the array-metric and
+# sparse-coding modules use numpydoc sections, which napoleon reads.
+napoleon_google_docstring = False
 autodoc_member_order = "bysource"
-autodoc_default_options = {"show-inheritance": False}
 autodoc_typehints = "signature"
 autoclass_content = "class"
 
-exclude_patterns = ["_build", "tutorials/*.py"]
+exclude_patterns = ["_build"]
 templates_path = []
 html_static_path = []
 
 html_theme = "furo"
 html_title = f"pyro_sparse {release}"
-pygments_style = "sphinx"
 
-# The tutorials are plain scripts included with literalinclude; the test suite
-# (tests/test_docs.py) runs them, so the docs never show code that fails.
+# The tutorials (tutorials/*.py) are plain scripts shown with literalinclude;
+# tests/test_docs.py runs them, and the README's python blocks.

@@ -60,10 +60,10 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
     return entry.fit(model, dataset, int(latent_dim), settings, hyperparameters)
 
 
-def load(path, device="cpu", latent_prior=None, mask_prior=None):
+def load(path, device="auto", latent_prior=None, mask_prior=None):
     """
-    Load a model written by ``fitted.save(path)``; never executes code from
-    the file.  A model trained with a user's prior object (a distribution or
+    Load a model written by ``fitted.save(path)`` onto ``device`` (``"auto"``:
+    CUDA if available, as in ``train``); never executes code from the file.  A model trained with a user's prior object (a distribution or
     factory, which the file records by name only) needs the same object again
     as ``latent_prior=`` / ``mask_prior=``.
     """

@@ -3,7 +3,15 @@
 import numpy as np
 import torch
 
-from pyro_sparse.data import DataError, Dataset, check_feature_names, check_units, feature_names_of
+from pyro_sparse.data import (
+    DataError,
+    Dataset,
+    as_matrix,
+    check_feature_names,
+    check_units,
+    check_values,
+    feature_names_of,
+)
 from pyro_sparse.infer.config import is_count
 from pyro_sparse.infer.importance import expected_observation, importance_log_likelihood
 from pyro_sparse.io import anndata as anndata_io
@@ -20,10 +28,11 @@ def evaluation_data(X, config):
     if anndata_io.is_anndata(X):
         X = anndata_io.evaluation_data(X, config)
     check_feature_names(feature_names_of(X), config.get("feature_names"))
-    data = Dataset.from_data(X, config["likelihood"], config.get("feature_names"), name="X")
-    if data.num_features != config["num_features"]:
-        raise DataError(f"X has {data.num_features} features but the model was trained on {config['num_features']}")
-    return data
+    matrix = as_matrix(X, name="X")
+    if matrix.shape[1] != config["num_features"]:
+        raise DataError(f"X has {matrix.shape[1]} features but the model was trained on {config['num_features']}")
+    check_values(matrix, config["likelihood"], name="X")
+    return Dataset(matrix, config["likelihood"], config.get("feature_names"), config.get("layer"))
 
 
 def top_features(W, k=5, names=None):
@@ -72,13 +81,31 @@ class FittedModel:
         Codes of X, shape (N, K): ``kind="mode"`` the posterior mode per
         coordinate (for sparse-latent models exactly 0 where the spike is more
         probable than the slab), ``kind="mean"`` the posterior mean E_q[z | x].
-        For Gaussian posteriors the two coincide.
+        For Gaussian posteriors the two coincide.  Factors the decoder does not
+        use (not in :attr:`active_factors_`: their column of W is exactly 0)
+        read 0 whatever their posterior says: under a correlated prior that
+        posterior merely copies the active codes.
         """
         if kind not in ("mode", "mean"):
             raise ValueError(f"kind must be 'mode' or 'mean', got {kind!r}")
-        return np.concatenate(
+        codes = np.concatenate(
             [getattr(self.guide.posterior(x), kind).cpu().numpy() for x in self._batches(X)]
         )
+        inactive = np.setdiff1d(np.arange(codes.shape[1]), self.active_factors_)
+        codes[:, inactive] = 0.0
+        return codes
+
+    @property
+    def active_factors_(self):
+        """
+        Indices of the factors the decoder uses: those with a non-zero column
+        of the decoder mask W (``ssl_dgm``; for ``oi_vae`` a non-zero column
+        in any group), all K for models without a mask.
+        """
+        if "W" not in self.guide.unconstrained:
+            return np.arange(self.config["latent_dim"])
+        W = np.abs(self.W_)
+        return np.flatnonzero(W.sum(0) > 0 if W.ndim == 2 else W.sum((0, 2)) > 0)
 
     def _gates(self, x):
         posterior = self.guide.posterior(x).base_dist

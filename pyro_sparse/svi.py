@@ -29,7 +29,7 @@ from pyro_sparse.data import DataSummary, check_training_data
 from pyro_sparse.fitted import FittedModel
 from pyro_sparse.guides import GUIDE_FAMILIES, GUIDES
 from pyro_sparse.infer import checkpoints, distributed
-from pyro_sparse.infer.config import config_field_owner, is_count
+from pyro_sparse.infer.config import is_count, setting_hint
 from pyro_sparse.infer.elbo import MaxParticleELBO, kl_terms
 from pyro_sparse.infer.loop import TrainingDivergedError, fit
 from pyro_sparse.io import serialization
@@ -121,14 +121,8 @@ def _prior_owners(name):
 
 def _hint(name):
     """Where an option that the model does not take belongs, if anywhere."""
-    owner = config_field_owner(name)
-    if owner is not None:
-        attribute = owner.__name__.lower()
-        return f"{name!r} is a setting of {owner.__name__}: pass {attribute}={owner.__name__}({name}=...)"
     owners = _prior_owners(name)
-    if owners:
-        return f"{name!r} belongs to {' / '.join(owners)}"
-    return None
+    return setting_hint(name) or (f"{name!r} belongs to {' / '.join(owners)}" if owners else None)
 
 
 class SVIModel:

@@ -9,7 +9,7 @@ Monte-Carlo estimate log p(z) - log q(z), and ``train`` logs that it does.
 Registering a KL with ``torch.distributions.kl.register_kl`` (for a pair
 that has one) switches to it.  The test suite runs this script.
 
-    python docs/tutorials/custom_prior.py            # ~10 s
+    python docs/tutorials/custom_prior.py
 """
 
 import argparse

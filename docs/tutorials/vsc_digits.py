@@ -26,12 +26,14 @@ def accuracy(codes_train, codes_test):
     return classifier.score(codes_test, y_test)
 
 
-# --- VSC: z_k ~ alpha N(0, 1) + (1 - alpha) delta_0 with alpha = 0.01, one hidden
-# layer of 200, the Gaussian likelihood with a decoder variance per pixel.
-# Spike pre-training: for 5 epochs only the spikes learn, then the slab is
-# released over 5 more (guide options, passed like any hyperparameter).
+# --- VSC: z_k ~ alpha N(0, 1) + (1 - alpha) delta_0, one hidden layer of 200,
+# the Gaussian likelihood with a decoder variance per pixel.  alpha = 0.1
+# rather than the paper's 0.01: on 1257 digits and a few hundred steps the
+# sparser prior leaves well under one active code per digit.  Spike
+# pre-training: for 5 epochs only the spikes learn, then the slab is released
+# over 5 more (guide options, passed like any other hyperparameter).
 vsc = pyro_sparse.train(
-    "vsc", X_train, latent_dim=20, alpha=0.01, hidden_dims=(200,), lr=1e-3, max_epochs=20, seed=0,
+    "vsc", X_train, latent_dim=20, alpha=0.1, hidden_dims=(200,), lr=1e-3, max_epochs=30, seed=0,
     pretrain_epochs=5, pretrain_ramp_epochs=5, progress=False,
 )
 codes = vsc.transform(X_test)  # posterior mode: exactly 0 where the spike is more probable
@@ -60,9 +62,11 @@ print(f"tvsc: non-zero codes per digit {np.mean((codes != 0).sum(1)):.1f} of 64,
 
 # --- the VAE with the same single hidden layer, for reference.
 vae = pyro_sparse.train("vae", X_train, latent_dim=20, hidden_dims=(200,), noise="heteroscedastic", lr=1e-3,
-                        max_epochs=20, seed=0, progress=False)
+                        max_epochs=30, seed=0, progress=False)
 print(f"vae:  accuracy {accuracy(vae.transform(X_train), vae.transform(X_test)):.2f}")
-print("heldout log-likelihood per digit: vsc "
-      f"{vsc.heldout_log_likelihood(X_test, num_samples=20).mean():.1f}, "
-      f"tvsc {tvsc.heldout_log_likelihood(X_test, num_samples=20).mean():.1f}, "
+# Heldout log-likelihoods (importance-weighted, per digit).  vsc and vae learn
+# a noise variance per pixel; tvsc has a fixed one (half the mean pixel
+# variance), so its number is on another scale and left out here.
+print("heldout log-likelihood per digit: "
+      f"vsc {vsc.heldout_log_likelihood(X_test, num_samples=20).mean():.1f}, "
       f"vae {vae.heldout_log_likelihood(X_test, num_samples=20).mean():.1f}")

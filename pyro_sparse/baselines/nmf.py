@@ -13,6 +13,7 @@ from sklearn.decomposition import non_negative_factorization
 
 from pyro_sparse.data import DataError, DataSummary
 from pyro_sparse.fitted import evaluation_data, top_features
+from pyro_sparse.infer.config import setting_hint
 from pyro_sparse.io import serialization
 
 # The sklearn objective that is the likelihood's negative log, up to constants.
@@ -230,7 +231,9 @@ class NMF:
         """Fit to a validated :class:`~pyro_sparse.data.Dataset`; of the training settings only ``seed`` applies."""
         unknown = sorted(set(hyper) - set(self._OPTIONS))
         if unknown:
-            raise TypeError(f"model {name!r} has no option(s) {unknown}; it accepts {list(self._OPTIONS)}")
+            hints = [hint for hint in map(setting_hint, unknown) if hint]
+            raise TypeError(f"model {name!r} has no option(s) {unknown}" + (f" ({'; '.join(hints)})" if hints else "")
+                            + f"; it accepts {list(self._OPTIONS)}")
         fitted = FittedNMF.fit(dataset.matrix, latent_dim=latent_dim, likelihood=dataset.likelihood,
                                seed=settings.seed, **hyper)
         fitted.config.update(feature_names=dataset.feature_names, layer=dataset.layer)

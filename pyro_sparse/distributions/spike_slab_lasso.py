@@ -97,9 +97,9 @@ class SpikeSlabLasso(TorchDistribution):
     def cdf(self, value):
         r"""
         η F₁(w) + (1 - η) F₀(w), F the Laplace(0, 1/λ) CDFs: with
-        S = P(|W| > |w|) = η e^{-λ1|w|} + (1 - η) e^{-λ0|w|}, it is S/2 for
-        w < 0 and 1 - S/2 otherwise, which keeps the lower tail's relative
-        accuracy.
+        :math:`S = P(|W| > |w|) = \eta e^{-\lambda_1|w|} + (1 - \eta) e^{-\lambda_0|w|}`,
+        it is S/2 for w < 0 and 1 - S/2 otherwise, which keeps the lower
+        tail's relative accuracy.
         """
         if self._validate_args:
             self._validate_sample(value)

@@ -22,34 +22,42 @@ probability of being non-zero.
 Densities (derived in the class docstrings; γ = P(z ≠ 0)):
 
 * Laplace base (Eq. 3, Prop. 3.1, Appendix A): γ = exp(-λ/b) and, for
-  z ≠ 0, p(z) = exp(-(|z - μ| + λ)/b) / (2b) = γ Laplace(z; μ, b).
+  z ≠ 0, p(z) = exp(-(``|z - μ|`` + λ)/b) / (2b) = γ Laplace(z; μ, b).
 * Normal base: γ = erfc(λ / (σ√2)) and, for z ≠ 0,
-  p(z) = N(z + sign(z - μ) λ; μ, σ²) = N(|z - μ| + λ; 0, σ²).
+  p(z) = N(z + sign(z - μ) λ; μ, σ²) = N(``|z - μ|`` + λ; 0, σ²).
 
 Both have closed-form :meth:`cdf` (the atom plus the base CDF at the
 pre-image), :meth:`icdf` (its generalised inverse) and :meth:`entropy` (with
 respect to the same mixed measure as :meth:`log_prob`).
 
-**Training objective and the registered KL.** The paper does not use the KL
-divergence of these thresholded laws. Its ELBO (Eq. 5) penalises the *base*
-distributions, :math:`\beta_1 \mathrm{KL}(q(s \mid x) \| p(s))`, plus, when
-the threshold is inferred, a separate :math:`\beta_2 \mathrm{KL}(q(\lambda
-\mid x) \| p(\lambda))` between Gamma distributions with prior
-:math:`\Gamma(\alpha_0, \alpha_0/\lambda_0)` (Sec. 3.2, Appendix B: "The KL
-divergence loss is always computed on the base distribution"). Laplace‖Laplace
-(the formula of Meyer 2021 quoted in Appendix B), Normal‖Normal and
-Gamma‖Gamma are all registered by torch already, so none is re-registered.
+**The registered KL is the true KL.** ``kl_divergence`` of two thresholded
+laws of the same family is the KL divergence of the thresholded laws (both
+are spike-and-slabs on the same mixed measure): closed form for the Laplace
+base (:func:`thresholded_laplace_kl`, by Prop. 3.1) and for the Normal base
+(:func:`thresholded_normal_kl`, truncated-normal moments). Both hold for
+different thresholds in q and p.
 
-So that Pyro's mean-field ELBOs (which call ``kl_divergence(guide_fn,
-model_fn)`` per site) compute Eq. 5, ``kl_divergence`` is registered for
-ThresholdedLaplace‖ThresholdedLaplace and ThresholdedNormal‖ThresholdedNormal
-to return ``kl_divergence(q.base_dist, p.base_dist)``, independent of the
-thresholds (the λ term is the separate Gamma site). **This is the paper's
-surrogate, not the KL divergence of the thresholded laws.** The exact KL of
-two thresholded Laplace laws, a spike-and-slab KL in closed form by
-Prop. 3.1, is :func:`thresholded_laplace_kl`; no exact closed form is given
-for the Normal base (its shifted-Gaussian slabs with different centres do not
-give one cheaply).
+**Training objectives.** A prior law built with ``kl_objective`` other than
+``"exact"`` makes ``kl_divergence(q, prior)`` return a surrogate instead, so
+that the mean-field ELBOs (which call ``kl_divergence(guide_fn, model_fn)``
+per site) train with it:
+
+* ``"base"``: the paper's Eq. 5, KL(q(s | x) ‖ p(s)) of the *base* laws
+  (Sec. 3.2, Appendix B: "The KL divergence loss is always computed on the
+  base distribution"), independent of the thresholds; it is neither the KL
+  of the thresholded laws nor a bound on it (Laplace pair μ = 0.3, b = 0.5,
+  λ = 0.2 against μ = 0, b = 1, λ = 0.5: base 0.143, true 0.157).
+* ``"augmented"`` (Laplace base only): KL(Bernoulli(γ_q) ‖ Bernoulli(γ_p)) +
+  KL(Laplace(μ_q, b_q) ‖ Laplace(μ_p, b_p)). By Prop. 3.1 a thresholded
+  Laplace draw is z = B v with B ~ Bernoulli(γ) independent of the slab value
+  v ~ Laplace(μ, b), the same map for q and p; this is the KL of the pair
+  (B, v), an upper bound on the true KL (data-processing inequality), so the
+  ELBO stays a lower bound. Unlike the true KL, whose slab term is weighted
+  by γ_q, it keeps pulling the location of a coordinate that is switched off
+  towards the prior, which is what keeps training stable (see
+  :class:`~pyro_sparse.priors.ThresholdedPrior`).
+
+The Gamma‖Gamma KL of a learned threshold is torch's.
 """
 
 import math
@@ -62,6 +70,9 @@ from torch.distributions.kl import kl_divergence, register_kl
 from torch.distributions.utils import broadcast_all, lazy_property
 
 from pyro_sparse.distributions.spike_and_slab import ndtr, spike_and_slab_cdf, spike_and_slab_icdf
+
+#: Gradient estimators of :meth:`ThresholdedDistribution.rsample`.
+ESTIMATORS = ("jump", "straight_through", "subgradient")
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
 _SQRT_HALF = math.sqrt(0.5)
@@ -81,9 +92,13 @@ class ThresholdedDistribution(TorchDistribution):
     :param torch.Tensor threshold: threshold λ > 0. May be a reparameterised
         draw from a Gamma posterior; gradient reaches it through the
         threshold map (see :meth:`rsample`).
-    :param bool straight_through: whether :meth:`rsample` uses the
-        straight-through estimator of Eq. 4 (default, the paper's choice) or
-        plain autograd through the threshold (the subgradient of Appendix C).
+    :param str estimator: the gradient :meth:`rsample` gives: ``"jump"``
+        (default), ``"straight_through"`` (the paper's Eq. 4) or
+        ``"subgradient"`` (Appendix C).
+    :param str kl_objective: what ``kl_divergence(q, self)`` returns when this
+        law is the *second* argument (a prior): ``"exact"`` (default, the KL
+        of the thresholded laws), ``"augmented"`` or ``"base"`` (see the
+        module docstring).
     """
 
     arg_constraints = {
@@ -94,12 +109,19 @@ class ThresholdedDistribution(TorchDistribution):
     support = constraints.real
     has_rsample = True
     _base_class = None
+    _kl_objectives = ("exact", "base")
 
     def __init__(
-        self, loc, scale, threshold, straight_through=True, validate_args=None
+        self, loc, scale, threshold, estimator="jump", kl_objective="exact", validate_args=None
     ):
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        if kl_objective not in self._kl_objectives:
+            raise ValueError(
+                f"kl_objective of a {type(self).__name__} must be one of {self._kl_objectives}, got {kl_objective!r}"
+            )
         self.loc, self.scale, self.threshold = broadcast_all(loc, scale, threshold)
-        self.straight_through = bool(straight_through)
+        self.estimator, self.kl_objective = estimator, kl_objective
         super().__init__(self.loc.shape, torch.Size(), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
@@ -110,7 +132,8 @@ class ThresholdedDistribution(TorchDistribution):
             self.loc.expand(batch_shape),
             self.scale.expand(batch_shape),
             self.threshold.expand(batch_shape),
-            straight_through=self.straight_through,
+            estimator=self.estimator,
+            kl_objective=self.kl_objective,
             validate_args=False,
         )
         new._validate_args = self._validate_args
@@ -123,14 +146,14 @@ class ThresholdedDistribution(TorchDistribution):
 
     def _threshold_map(self, s):
         r"""
-        Eq. 2 in the equivalent form z = s - sign(s - μ) λ on |s - μ| > λ,
+        Eq. 2 in the equivalent form z = s - sign(s - μ) λ on ``|s - μ|`` > λ,
         z = 0 otherwise. μ enters only through ``sign`` and the comparison,
         both with zero derivative, so ∂z/∂μ at fixed s is 0 (as it is for
-        Eq. 2 itself on either branch): in :meth:`rsample` μ is reached once,
-        through s. (The authors' public code adds μ a second time, giving μ a
-        gradient 1 + 1[z ≠ 0]; that is not reproduced.) The slab branch is
-        written as s - sign·λ rather than μ + (s - μ) - sign·λ so that it is
-        exactly zero only where s = ±λ, never by rounding.
+        Eq. 2 itself on either branch): μ is reached through s only. (The
+        authors' public code adds μ a second time, giving μ a gradient
+        1 + 1[z ≠ 0]; that is not reproduced.) The slab branch is written as
+        s - sign·λ rather than μ + (s - μ) - sign·λ so that it is exactly zero
+        only where s = ±λ, never by rounding.
         """
         d = s - self.loc
         keep = d.abs() > self.threshold
@@ -145,34 +168,45 @@ class ThresholdedDistribution(TorchDistribution):
 
     def rsample(self, sample_shape=torch.Size()):
         r"""
-        Reparameterised draw with the exact hard-thresholded forward value.
+        Reparameterised draw with the exact hard-thresholded forward value
+        (every estimator adds terms that are exactly 0 in the forward pass,
+        so the value is bit-identical to :meth:`sample` with the same seed).
 
-        With ``straight_through=True`` (Eq. 4),
+        Write s = μ + ε with ε independent of μ. The draw is z = 0 if
+        ``|ε|`` ≤ λ, else z = μ + ε - sign(ε) λ: for fixed ε it is *linear*
+        in μ with slope 1[z ≠ 0], and it jumps from 0 to μ (either tail lands
+        on μ) where ``|ε|`` crosses λ, i.e. where the scale or λ moves the
+        band's edge across the draw. So the exact gradient of E f(z) is the
+        pathwise one on the slab plus, for the scale and λ, the rate at which
+        the edge sweeps over probability mass times the jump f(μ) - f(0);
+        that rate is ∂γ/∂(scale, λ), γ = P(z ≠ 0).
 
-        .. math:: \tilde z = s + \mathcal{T}_\lambda(\mathrm{sg}[s]) - \mathrm{sg}[s],
-
-        computed as :math:`\mathcal{T}_\lambda(\mathrm{sg}[s]) + (s -
-        \mathrm{sg}[s])`: the bracket is exactly 0 in floating point, so the
-        forward value is bit-identical to :meth:`sample` (s + T - s need not
-        be). Gradients: ∂z̃/∂μ = 1 and ∂z̃/∂scale = ∂s/∂scale everywhere,
-        including where z̃ = 0 (the generator's gradient skips the threshold,
-        Fig. 1); ∂z̃/∂λ = -sign(s - μ) where z̃ ≠ 0 and 0 where z̃ = 0. The
-        paper keeps λ differentiable inside :math:`\mathcal{T}_\lambda` (it
-        notes that the second term of Eq. 4 "has no gradient" only when λ is
-        fixed to λ0), so a learned threshold gets the pathwise gradient of
-        the shift it applies to the surviving coordinates; on the spike the
-        threshold map is flat and λ is trained there only by its Gamma KL.
-
-        With ``straight_through=False`` the threshold map is differentiated
-        as is (Appendix C's subgradient): z̃ = s - sign(s - μ) λ on the slab,
-        so ∂z̃/∂μ = 1, ∂z̃/∂scale = ∂s/∂scale, ∂z̃/∂λ = -sign(s - μ) there, and
-        every gradient is exactly 0 where z̃ = 0.
+        * ``"jump"``: ∂z̃/∂μ = 1[z ≠ 0], ∂z̃/∂scale = 1[z ≠ 0] ∂s/∂scale,
+          ∂z̃/∂λ = -sign(ε) 1[z ≠ 0], plus μ ∂γ/∂(scale, λ), which is the jump
+          term with f(μ) - f(0) replaced by its first-order estimate
+          f'(z) μ: z̃ = z + 1[z ≠ 0](s - sg[s]) + sg[μ](γ - sg[γ]). A
+          coordinate the threshold zeroes passes no gradient to μ (its
+          exact derivative), so μ cannot drift while the code is 0; its gate
+          still learns whether switching on would help.
+        * ``"straight_through"`` (Eq. 4): z̃ = T(sg[s]) + (s - sg[s]), so
+          ∂z̃/∂μ = 1 and ∂z̃/∂scale = ∂s/∂scale everywhere, including where
+          z = 0 (Fig. 1); ∂z̃/∂λ = -sign(ε) on the slab, 0 on the spike. For a
+          coordinate that stays 0 the likelihood keeps pushing μ with nothing
+          to push back but the KL: the drift that diverges on patches.
+        * ``"subgradient"`` (Appendix C): autograd through the threshold
+          map, the pathwise part of ``"jump"`` alone; it misses the jump
+          term, so a gate only ever closes (Table 2's feature collapse).
         """
         s = self.base_dist.rsample(sample_shape)
-        if not self.straight_through:
+        if self.estimator == "subgradient":
             return self._threshold_map(s)
         s_sg = s.detach()
-        return self._threshold_map(s_sg) + (s - s_sg)
+        if self.estimator == "straight_through":
+            return self._threshold_map(s_sg) + (s - s_sg)
+        z = self._threshold_map(s_sg)
+        on = (z != 0).to(s.dtype)
+        gate = self.gate
+        return z + on * (s - s_sg) + self.loc.detach() * (gate - gate.detach())
 
     def log_prob(self, value):
         r"""
@@ -235,8 +269,8 @@ class ThresholdedDistribution(TorchDistribution):
         The sparse-code point estimate, with the convention of
         :attr:`SpikeAndSlab.mode`: exactly 0 where the spike mass 1 - γ
         exceeds 1/2, else the mode of the slab part, which is μ for both
-        bases (γ Laplace(z; μ, b) and N(|z - μ| + λ; 0, σ²) both decrease in
-        |z - μ|; for the Normal base μ is the cusp where the two shifted
+        bases (γ Laplace(z; μ, b) and N(``|z - μ|`` + λ; 0, σ²) both decrease in
+        ``|z - μ|``; for the Normal base μ is the cusp where the two shifted
         tails meet, a supremum approached but not attained by draws).
         Note that thresholding the base mode, T(μ), is always 0 because the
         band is centred on μ, so it cannot serve as the mode.
@@ -246,11 +280,15 @@ class ThresholdedDistribution(TorchDistribution):
     # Subclass hooks.
     @property
     def gate(self):
-        """γ = P(z ≠ 0) = P(|s - μ| > λ)."""
+        """γ = P(z ≠ 0) = P(``|s - μ|`` > λ)."""
         raise NotImplementedError
 
     def _log_spike_mass(self, ratio):
         """log(1 - γ) as a function of λ / scale."""
+        raise NotImplementedError
+
+    def _log_gate(self, ratio):
+        """log γ as a function of λ / scale."""
         raise NotImplementedError
 
     def _log_slab_density(self, value, loc, scale, threshold):
@@ -294,14 +332,19 @@ class ThresholdedLaplace(ThresholdedDistribution):
     :param torch.Tensor loc: location μ.
     :param torch.Tensor scale: Laplace scale b > 0.
     :param torch.Tensor threshold: threshold λ > 0.
-    :param bool straight_through: see :meth:`rsample`.
+    :param str estimator: see :meth:`rsample`.
+    :param str kl_objective: ``"exact"``, ``"augmented"`` or ``"base"`` (module docstring).
     """
 
     _base_class = Laplace
+    _kl_objectives = ("exact", "augmented", "base")
 
     @property
     def gate(self):
         return torch.exp(-self.threshold / self.scale)
+
+    def _log_gate(self, ratio):
+        return -ratio
 
     def _log_spike_mass(self, ratio):
         return torch.log(-torch.expm1(-ratio))
@@ -354,7 +397,7 @@ class ThresholdedNormal(ThresholdedDistribution):
     (= 2σ²∫_t^∞ (x - t)² φ(x) dx), giving :attr:`variance`. The slab's mass
     below z is Φ((z - μ - λ)/σ) for z < μ (the left tail, shifted) and
     γ - Φ((μ - z - λ)/σ) above μ, giving :meth:`cdf` and :meth:`icdf`. Since
-    -log p(z) = ((|z - μ| + λ)/σ)²/2 + log(σ√(2π)) and
+    -log p(z) = ((``|z - μ|`` + λ)/σ)²/2 + log(σ√(2π)) and
     2∫_t^∞ x² φ(x) dx = γ + 2tφ(t), the entropy w.r.t. the mixed measure is
 
     .. math::
@@ -365,7 +408,9 @@ class ThresholdedNormal(ThresholdedDistribution):
     :param torch.Tensor loc: mean μ of the base Gaussian.
     :param torch.Tensor scale: standard deviation σ > 0 of the base Gaussian.
     :param torch.Tensor threshold: threshold λ > 0.
-    :param bool straight_through: see :meth:`rsample`.
+    :param str estimator: see :meth:`rsample`.
+    :param str kl_objective: ``"exact"`` or ``"base"``; ``"augmented"`` needs the Laplace's
+        memoryless slab (module docstring).
     """
 
     _base_class = Normal
@@ -373,6 +418,10 @@ class ThresholdedNormal(ThresholdedDistribution):
     @property
     def gate(self):
         return torch.special.erfc(self.threshold / self.scale * _SQRT_HALF)
+
+    def _log_gate(self, ratio):
+        # γ = 2 Φ(-t), accurate where erfc underflows.
+        return math.log(2.0) + torch.special.log_ndtr(-ratio)
 
     def _log_spike_mass(self, ratio):
         return torch.log(torch.special.erf(ratio * _SQRT_HALF))
@@ -410,21 +459,35 @@ class ThresholdedNormal(ThresholdedDistribution):
         return gate * self.loc**2 + second_moment - (gate * self.loc) ** 2
 
 
-@register_kl(ThresholdedLaplace, ThresholdedLaplace)
-@register_kl(ThresholdedNormal, ThresholdedNormal)
-def _kl_thresholded_base(q, p):
-    """
-    The paper's Eq. 5 term KL(q(s | x) ‖ p(s)) between the base distributions,
-    registered for the thresholded pair so that the mean-field ELBOs use it.
-    Not the KL of the thresholded laws: see :func:`thresholded_laplace_kl`.
-    """
-    return kl_divergence(q.base_dist, p.base_dist)
+def _xlog_ratio(mass, log_q, log_p):
+    """mass (log_q - log_p) with 0 log 0 = 0: a "double where", so that logs that are -inf
+    where the mass is 0 give neither a NaN value nor a NaN gradient."""
+    used = mass > 0
+    safe = torch.where(used, log_q - log_p, torch.zeros_like(mass))
+    return torch.where(used, mass * safe, torch.zeros_like(mass))
+
+
+def _slab_mass_kl(q, p):
+    """γ_q log(γ_q / γ_p), the slab-mass part of the gates' Bernoulli KL."""
+    return _xlog_ratio(q.gate, q._log_gate(q.threshold / q.scale), p._log_gate(p.threshold / p.scale))
+
+
+def _spike_kl(q, p):
+    """(1 - γ_q) log((1 - γ_q) / (1 - γ_p)), the spike part of the gates' Bernoulli KL."""
+    ratio_q, ratio_p = q.threshold / q.scale, p.threshold / p.scale
+    spike = q._spike_mass
+    has_spike = spike > 0
+    one = torch.ones_like(ratio_q)
+    log_q = q._log_spike_mass(torch.where(has_spike, ratio_q, one))
+    log_p = p._log_spike_mass(torch.where(has_spike, ratio_p, one))
+    return _xlog_ratio(spike, log_q, log_p)
 
 
 def thresholded_laplace_kl(q, p):
     r"""
-    Exact KL(q ‖ p) between thresholded Laplace laws, elementwise. By Prop. 3.1
-    both are spike-and-slabs with Laplace slabs on the same mixed measure, so
+    KL(q ‖ p) between thresholded Laplace laws, elementwise, the KL that
+    ``kl_divergence`` returns for this pair. By Prop. 3.1 both are
+    spike-and-slabs with Laplace slabs on the same mixed measure, so
 
     .. math::
 
@@ -432,33 +495,86 @@ def thresholded_laplace_kl(q, p):
         + \gamma_q \log\frac{\gamma_q}{\gamma_p}
         + (1 - \gamma_q)\log\frac{1 - \gamma_q}{1 - \gamma_p},
 
-    with log γ = -λ/b exactly. This is the divergence of the thresholded
-    distributions, which ``kl_divergence`` does *not* return for this pair:
-    the registered KL is the paper's Eq. 5 base KL (see the module docstring).
+    with log γ = -λ/b exactly.
 
     :param ThresholdedLaplace q: the first argument of the KL.
     :param ThresholdedLaplace p: the second argument.
     :returns: the KL, elementwise over the broadcast batch shape.
     """
-    ratio_q = q.threshold / q.scale
-    ratio_p = p.threshold / p.scale
-    gate_q = torch.exp(-ratio_q)
-    one_minus_gate_q = -torch.expm1(-ratio_q)
-    kl_slab = kl_divergence(q.base_dist, p.base_dist)
-    kl_gate = gate_q * (ratio_p - ratio_q)
-    # (1 - γq) log((1 - γq)/(1 - γp)) with the 0 log 0 = 0 convention: where
-    # 1 - γq underflows to 0 the logs are replaced by harmless values so that
-    # neither the value nor its gradient is NaN.
-    use_spike = one_minus_gate_q > 0
-    one = torch.ones_like(ratio_q)
-    log1m_gate_q = torch.log(-torch.expm1(-torch.where(use_spike, ratio_q, one)))
-    log1m_gate_p = torch.log(-torch.expm1(-torch.where(use_spike, ratio_p, one)))
-    kl_spike = torch.where(
-        use_spike,
-        one_minus_gate_q * (log1m_gate_q - log1m_gate_p),
-        torch.zeros_like(ratio_q),
-    )
-    return gate_q * kl_slab + kl_gate + kl_spike
+    return q.gate * kl_divergence(q.base_dist, p.base_dist) + _slab_mass_kl(q, p) + _spike_kl(q, p)
+
+
+def _normal_pdf(x):
+    return torch.exp(-0.5 * x**2 - _HALF_LOG_TWO_PI)
+
+
+def _abs_moment_of_slab(q, c):
+    r"""
+    ∫ over z ≠ 0 of ``|z - c|`` q(z) dz for a thresholded Normal q. The slab is
+    N(μ + λ, σ²) restricted to z < μ (the left tail shifted right) plus
+    N(μ - λ, σ²) restricted to z > μ; each piece is split at c, and
+    ∫_a^b (y - c) N(y; m, σ²) dy = σ(φ(α) - φ(β)) + (m - c)(Φ(β) - Φ(α)).
+    """
+    mu, sigma, lam = q.loc, q.scale, q.threshold
+    t = lam / sigma
+    below, above = torch.minimum(c, mu), torch.maximum(c, mu)
+    # Left piece, mean μ + λ, on (-inf, μ): ∫_{-inf}^{below} (c - y) + ∫_{below}^{μ} (y - c).
+    m = mu + lam
+    b_lo, b_mu = (below - m) / sigma, -t
+    left = (c - m) * ndtr(b_lo) + sigma * _normal_pdf(b_lo)
+    left = left + sigma * (_normal_pdf(b_lo) - _normal_pdf(b_mu)) + (m - c) * (ndtr(b_mu) - ndtr(b_lo))
+    # Right piece, mean μ - λ, on (μ, inf): ∫_{μ}^{above} (c - y) + ∫_{above}^{inf} (y - c).
+    m = mu - lam
+    a_mu, a_hi = t, (above - m) / sigma
+    right = sigma * _normal_pdf(a_hi) + (m - c) * ndtr(-a_hi)
+    right = right - sigma * (_normal_pdf(a_mu) - _normal_pdf(a_hi)) - (m - c) * (ndtr(a_hi) - ndtr(a_mu))
+    return left + right
+
+
+def thresholded_normal_kl(q, p):
+    r"""
+    KL(q ‖ p) between thresholded Normal laws, elementwise, the KL that
+    ``kl_divergence`` returns for this pair. With the slab densities
+    :math:`f(z) = \varphi_\sigma(|z - \mu| + \lambda)` (mass γ each),
+
+    .. math::
+
+        (1 - \gamma_q)\log\frac{1 - \gamma_q}{1 - \gamma_p}
+        - H_{slab}(q) + \gamma_q \log(\sigma_p\sqrt{2\pi})
+        + \frac{S_2 + 2\lambda_p S_1 + \lambda_p^2\gamma_q}{2\sigma_p^2},
+
+    :math:`S_k = \int_{z \neq 0} |z - \mu_p|^k q(z)\,dz`. The q slab is two
+    shifted Gaussian tails (N(μ_q ± λ_q, σ_q²) truncated at μ_q), so S_1 is a
+    sum of truncated-normal first moments (:func:`_abs_moment_of_slab`) and
+    :math:`S_2 = \sigma_q^2[(1 + t_q^2)\gamma_q - 2t_q\varphi(t_q)] + \gamma_q
+    (\mu_q - \mu_p)^2`, t = λ/σ; :math:`H_{slab} = t_q\varphi(t_q) +
+    \gamma_q\tfrac12\log(2\pi e\sigma_q^2)` (see :class:`ThresholdedNormal`).
+    With both thresholds 0 it is the Normal KL.
+
+    :param ThresholdedNormal q: the first argument of the KL.
+    :param ThresholdedNormal p: the second argument.
+    :returns: the KL, elementwise over the broadcast batch shape.
+    """
+    gate_q = q.gate
+    t_q = q.threshold / q.scale
+    phi_q = _normal_pdf(t_q)
+    second = q.scale**2 * ((1 + t_q**2) * gate_q - 2 * t_q * phi_q) + gate_q * (q.loc - p.loc) ** 2
+    first = _abs_moment_of_slab(q, p.loc)
+    cross = (second + 2 * p.threshold * first + p.threshold**2 * gate_q) / (2 * p.scale**2)
+    slab = -t_q * phi_q - 0.5 * gate_q + gate_q * torch.log(p.scale / q.scale) + cross
+    return _spike_kl(q, p) + slab
+
+
+@register_kl(ThresholdedLaplace, ThresholdedLaplace)
+@register_kl(ThresholdedNormal, ThresholdedNormal)
+def _kl_thresholded(q, p):
+    """The KL of the thresholded laws, or the training surrogate ``p.kl_objective`` names (module docstring)."""
+    if p.kl_objective == "base":
+        return kl_divergence(q.base_dist, p.base_dist)
+    if p.kl_objective == "augmented":
+        return kl_divergence(q.base_dist, p.base_dist) + _slab_mass_kl(q, p) + _spike_kl(q, p)
+    exact = thresholded_laplace_kl if isinstance(q, ThresholdedLaplace) else thresholded_normal_kl
+    return exact(q, p)
 
 
 # Pyro's wrappers of the plain bases (they have ``.to_event``), same KLs as torch's.
@@ -468,7 +584,7 @@ _BASES = {
 }
 
 
-def code_distribution(base, loc, scale, threshold=None, straight_through=True):
+def code_distribution(base, loc, scale, threshold=None, estimator="jump", kl_objective="exact"):
     """
     The code distribution of thresholded VSC for a base family (``"laplace"``
     or ``"gaussian"``): the base through the shifted soft-threshold, or, with
@@ -480,4 +596,4 @@ def code_distribution(base, loc, scale, threshold=None, straight_through=True):
     thresholded, plain = _BASES[base]
     if threshold is None:
         return plain(loc, scale)
-    return thresholded(loc, scale, threshold, straight_through=straight_through)
+    return thresholded(loc, scale, threshold, estimator=estimator, kl_objective=kl_objective)

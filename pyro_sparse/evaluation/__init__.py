@@ -16,12 +16,22 @@ from pyro_sparse.evaluation.likelihood import (
     heldout_nll,
     mse,
 )
+from pyro_sparse.evaluation.stability import (
+    FactorStability,
+    active_factors,
+    code_stability,
+    factor_stability,
+)
 from pyro_sparse.evaluation.support import (
     support_f_score,
     support_jaccard,
 )
 
 __all__ = [
+    "FactorStability",
+    "active_factors",
+    "code_stability",
+    "factor_stability",
     "dci_disentanglement",
     "dci_from_importance",
     "feature_collapse",

@@ -192,9 +192,16 @@ def _groups(fitted, latents, observed, replicated, log_likelihood, coords):
     posterior = _posterior_variables(
         latents, fitted.guide.unconstrained, fitted.num_features, fitted.config["latent_dim"]
     )
+    if "latent_correlation" in posterior:
+        # The site holds the Cholesky factor L; users read the correlation matrix R = L Lᵀ.
+        draws = posterior["latent_correlation"][1].shape[0]
+        correlation = np.broadcast_to(fitted.latent_correlation_, (draws, *fitted.latent_correlation_.shape))
+        posterior["latent_correlation"] = (["latent", "latent_other"], correlation)
     posterior_attrs = {
         "draws": "independent draws from the amortized guide q(z | x): R-hat and ESS do not apply",
         "point_estimates": " ".join(sorted(fitted.guide.unconstrained)),
+        # Factors whose column of W is exactly zero are ignored by the decoder; their draws are meaningless.
+        "active_factors": " ".join(str(k) for k in fitted.active_factors_),
     }
     data_dims = ["data_point", "feature"]
     # The multinomial does not factorise over features: one value per data point.

@@ -12,11 +12,7 @@ from sklearn.utils import check_random_state
 # before this many rows, so larger data sets are subsampled to keep the
 # metric cheap enough to run after every fit.
 _MAX_ROWS = 2000
-
-
 _N_ESTIMATORS = 50
-
-
 _MAX_DEPTH = 3
 
 

@@ -87,9 +87,9 @@ def support_jaccard(codes, features=None, per_point=False):
 
     Fallah & Rozell (ICML 2022), Sec. 4.1.2, Eq. 13 and Fig. 5: for data
     point k and draws ``z^1, ..., z^J ~ q(z | x^k)``, with support
-    ``S(z) = {i : z_i != 0}``,
+    ``S(z) = {i : z_i != 0}``, the Jaccard index (Jaccard, 1912)::
 
-        C(z^m, z^n) = |S(z^m) & S(z^n)| / |S(z^m) | S(z^n)|   (Jaccard, 1912)
+        C(z^m, z^n) = |S(z^m) & S(z^n)| / |S(z^m) | S(z^n)|
 
     and the point's consistency is ``1 / (J (J - 1)) sum_m sum_{n != m}
     C(z^m, z^n)``, i.e. the mean over all J (J - 1) / 2 unordered pairs of

@@ -169,9 +169,17 @@ class Hardware:
 CONFIGS = {"optimization": Optimization, "schedule": Schedule, "checkpointing": Checkpointing, "hardware": Hardware}
 
 
-def config_field_owner(name):
-    """The config class with a field ``name`` (for error messages), or None."""
-    return next((cls for cls in CONFIGS.values() if name in {f.name for f in fields(cls)}), None)
+# train() keywords of earlier versions whose config field has another name.
+_RENAMED = {"checkpoint_path": "path", "checkpoint_every": "every"}
+
+
+def setting_hint(name):
+    """Where a ``train`` keyword that is a field of a config object belongs (for error messages), or None."""
+    field_name = _RENAMED.get(name, name)
+    owner = next((cls for cls in CONFIGS.values() if field_name in {f.name for f in fields(cls)}), None)
+    if owner is None:
+        return None
+    return f"{name!r} is a setting of {owner.__name__}: pass {owner.__name__.lower()}={owner.__name__}({field_name}=...)"
 
 
 @dataclass(frozen=True)

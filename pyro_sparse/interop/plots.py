@@ -43,7 +43,7 @@ def _mask(W):
 
 def _factor_order(W):
     """
-    Features grouped by the factor of their largest |W_jk|, factor by factor,
+    Features grouped by the factor of their largest ``|W_jk|``, factor by factor,
     strongest first within a factor; features no factor uses come last.
     """
     W = np.abs(W)
@@ -54,7 +54,7 @@ def _factor_order(W):
 
 def mask_heatmap(W, feature_names=None, order_by_factor=True):
     """
-    |W| as a features x factors heatmap; exact zeros are white.  With
+    ``|W|`` as a features x factors heatmap; exact zeros are white.  With
     ``order_by_factor`` the rows are grouped by the factor each feature loads
     on most (a sparse W shows as blocks down the diagonal); labels follow the rows.
     """
@@ -77,7 +77,7 @@ def mask_heatmap(W, feature_names=None, order_by_factor=True):
 def top_features(W, k=10, feature_names=None):
     """
     One bar chart per factor that any feature uses: W_jk of its ``k``
-    features with the largest non-zero |W_jk|, largest on top.
+    features with the largest non-zero ``|W_jk|``, largest on top.
     """
     plt = _pyplot()
     W = _mask(W)

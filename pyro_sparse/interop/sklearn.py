@@ -27,7 +27,11 @@ Conventions, as scikit-learn's:
   validation_fraction=0.1), "hardware": Hardware(precision="bf16")}``.
 * ``random_state`` is an int (the ``seed`` of ``train``: same int, same fit
   on the same device), ``None`` or a ``numpy.random.RandomState`` (a seed is
-  drawn from it).  Note that ``train`` seeds the global random number
+  drawn from it).  ``n_init`` fits with seeds ``seed, seed + 1, ...`` and keeps
+  the one of lowest final training loss; with ``n_init > 1``,
+  ``factor_stability_`` says whether those fits found the same factors
+  (:func:`~pyro_sparse.evaluation.factor_stability`: matched ``|corr|`` of their
+  codes on the training data and Jaccard of their supports).  Note that ``train`` seeds the global random number
   generators of ``random``, numpy and torch.
 * Learned attributes end in an underscore and raise
   :class:`~sklearn.exceptions.NotFittedError` before ``fit``.
@@ -53,6 +57,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from pyro_sparse import registry
 from pyro_sparse.api import train
+from pyro_sparse.evaluation.stability import factor_stability
 
 try:
     from sklearn.utils.validation import validate_data
@@ -93,6 +98,9 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     _model_name = None
 
     history_ = _fitted_property("history_", "Training history: per-epoch losses and what the loop recorded.")
+    active_factors_ = _fitted_property(
+        "active_factors_", "Indices of the factors the decoder uses (all K without a decoder mask)."
+    )
 
     def __sklearn_is_fitted__(self):
         # Not any attribute ending in "_": validation sets n_features_in_ before training.
@@ -119,6 +127,9 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         X = self._validate(X, reset=True)
         parameters = self.get_params(deep=False)
         random_state = parameters.pop("random_state")
+        n_init = parameters.pop("n_init")
+        if not (isinstance(n_init, (int, np.integer)) and not isinstance(n_init, bool) and n_init >= 1):
+            raise ValueError(f"n_init must be a positive integer, got {n_init!r}")
         options = dict(parameters.pop("model_options") or {})
         repeated = sorted(set(options) & (set(parameters) | set(_SET_BY_FIT)))
         if repeated:
@@ -135,7 +146,12 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             k: v for k, v in parameters.items()
             if k in applies or k in _TRAIN_ARGUMENTS or v != defaults[k].default
         }
-        self.fitted_ = train(model=self._model_name, data=X, seed=_seed(random_state), **parameters, **options)
+        seed = _seed(random_state)
+        fits = [train(model=self._model_name, data=X, seed=seed + i, **parameters, **options) for i in range(n_init)]
+        # The fit of lowest final training loss (-ELBO per point), as KMeans keeps its best of n_init.
+        self.fitted_ = min(fits, key=lambda fitted: fitted.history_["train_loss"][-1])
+        if n_init > 1:
+            self.factor_stability_ = factor_stability(fits, X)
         return self
 
     def transform(self, X):
@@ -219,6 +235,7 @@ class SparseVAE(SVIEstimator):
         batch_size=100,
         lr=0.01,
         random_state=None,
+        n_init=1,
         device="auto",
         progress=False,
         model_options=None,
@@ -235,6 +252,7 @@ class SparseVAE(SVIEstimator):
         self.batch_size = batch_size
         self.lr = lr
         self.random_state = random_state
+        self.n_init = n_init
         self.device = device
         self.progress = progress
         self.model_options = model_options
@@ -266,6 +284,7 @@ class VAE(SVIEstimator):
         batch_size=100,
         lr=0.01,
         random_state=None,
+        n_init=1,
         device="auto",
         progress=False,
         model_options=None,
@@ -279,6 +298,7 @@ class VAE(SVIEstimator):
         self.batch_size = batch_size
         self.lr = lr
         self.random_state = random_state
+        self.n_init = n_init
         self.device = device
         self.progress = progress
         self.model_options = model_options
@@ -315,6 +335,7 @@ class VSC(SVIEstimator):
         batch_size=100,
         lr=0.01,
         random_state=None,
+        n_init=1,
         device="auto",
         progress=False,
         model_options=None,
@@ -329,6 +350,7 @@ class VSC(SVIEstimator):
         self.batch_size = batch_size
         self.lr = lr
         self.random_state = random_state
+        self.n_init = n_init
         self.device = device
         self.progress = progress
         self.model_options = model_options
@@ -363,6 +385,7 @@ class ThresholdedVSC(SVIEstimator):
         batch_size=100,
         lr=0.01,
         random_state=None,
+        n_init=1,
         device="auto",
         progress=False,
         model_options=None,
@@ -377,6 +400,7 @@ class ThresholdedVSC(SVIEstimator):
         self.batch_size = batch_size
         self.lr = lr
         self.random_state = random_state
+        self.n_init = n_init
         self.device = device
         self.progress = progress
         self.model_options = model_options
@@ -414,6 +438,7 @@ class OIVAE(SVIEstimator):
         batch_size=100,
         lr=0.01,
         random_state=None,
+        n_init=1,
         device="auto",
         progress=False,
         model_options=None,
@@ -429,6 +454,7 @@ class OIVAE(SVIEstimator):
         self.batch_size = batch_size
         self.lr = lr
         self.random_state = random_state
+        self.n_init = n_init
         self.device = device
         self.progress = progress
         self.model_options = model_options

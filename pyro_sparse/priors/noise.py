@@ -6,6 +6,7 @@ import torch
 from scipy import stats
 from torch.distributions import constraints
 
+from pyro_sparse.data.validation import DataError
 from pyro_sparse.distributions.likelihoods import InverseGamma
 
 # ν of the σ² prior: Table 6 of Moran et al. (2022).
@@ -23,7 +24,7 @@ def calibrate_noise_prior(feature_variances, nu=DEFAULT_NOISE_NU):
     feature_variances = np.asarray(feature_variances, dtype=float)
     constant = np.flatnonzero(feature_variances == 0)
     if constant.size:
-        raise ValueError(
+        raise DataError(
             f"{constant.size} feature(s) are constant (zero variance), e.g. {constant[:10].tolist()}; "
             "drop them before fitting a gaussian likelihood"
         )

@@ -75,7 +75,7 @@ class SpikeSlabLassoPrior(SitePrior):
             raise ValueError(f"lambda0_path_epochs must be positive, got {lambda0_path_epochs!r}")
         self.lambda0_path_epochs = float(lambda0_path_epochs)
         # The spike rate in force: a buffer, so checkpoints and loaded models keep where the path was.
-        self.register_buffer("spike_rate", torch.tensor(rates[1], dtype=torch.float64))
+        self.register_buffer("spike_rate", torch.tensor(rates[1]))
         self.register_buffer("eta", torch.full((latent_dim,), 0.5))
         self.register_buffer("inclusion_probs", torch.full((num_features, latent_dim), 0.5))
         self.register_buffer("average_gradient", torch.zeros(num_features, latent_dim))

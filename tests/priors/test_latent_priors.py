@@ -31,7 +31,7 @@ from pyro_sparse.priors import (
 )
 
 QUICK = {"latent_dim": 3, "hidden_dims": (8,), "max_epochs": 2, "batch_size": 50, "progress": False, "device": "cpu"}
-TUTORIAL = Path(__file__).parents[1] / "docs" / "tutorials" / "custom_prior.py"
+TUTORIAL = Path(__file__).parents[2] / "docs" / "tutorials" / "custom_prior.py"
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,8 @@ def test_sparse_mapping_and_sparse_codes_together_recover_the_support():
         support = support[:, ::-1]
     # 8 true entries of 14; a ReLU network may keep one small extra entry (|w| ~ 0.3) after 60 epochs.
     assert (support != truth.support).sum() <= 1, np.abs(fitted.W_).round(2)
-    assert 0.1 < (fitted.transform(truth.X) == 0).mean() < 0.9
+    # Exact zeros, but not all codes: the fraction (0.10-0.13 here) moves with BLAS rounding (thread count).
+    assert 0.05 < (fitted.transform(truth.X) == 0).mean() < 0.9
     assert fitted.model.site_priors["W"].inclusion_probs.shape == (7, 2)
 
 
@@ -224,7 +225,7 @@ def test_a_user_mask_prior_is_a_plain_map_term(data):
         (dist.Normal, TypeError, "the class Normal; pass an instance"),
         (lambda latent_dim: torch.zeros(latent_dim), TypeError, "factory must return a Pyro distribution"),
         (42, TypeError, "a name, a Pyro distribution or a factory"),
-        ("cauchy", ValueError, "unknown latent_prior 'cauchy'; registered: \\['normal'"),
+        ("cauchy", ValueError, "unknown latent_prior 'cauchy'; registered: \\[.*'normal'.*\\], or a Pyro distribution"),
     ],
 )
 def test_a_prior_of_the_wrong_kind_or_shape_fails_at_train_time(data, prior, error, match):

@@ -151,7 +151,7 @@ def test_bad_vsc_settings_are_named(digits):
         pyro_sparse.train("vsc", digits, alpha=0.0, **QUICK)
     with pytest.raises(ValueError, match="slope"):
         pyro_sparse.train("vsc", digits, slope_start=300.0, **QUICK)
-    with pytest.raises(TypeError, match="no hyperparameter"):
+    with pytest.raises(TypeError, match=r"no option\(s\) \['lambda0'\]"):
         pyro_sparse.train("vsc", digits, lambda0=3.0, **QUICK)
 
 

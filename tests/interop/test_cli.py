@@ -92,4 +92,4 @@ def test_priors_options_and_checkpoints_from_the_command_line(tmp_path, capsys):
     assert "give KEY=VALUE" in capsys.readouterr().err
     # alpha belongs to the spike-and-slab prior, not to the default Gaussian one.
     assert main([*args, "--option", "alpha=0.3"]) == 2
-    assert "no hyperparameter(s) ['alpha']" in capsys.readouterr().err
+    assert "no option(s) ['alpha']" in capsys.readouterr().err

@@ -69,7 +69,7 @@ def test_parameters_are_trains_with_its_defaults(cls):
     parameters = inspect.signature(cls.__init__).parameters
     hyperparameters = entry.option_names()
     for key, parameter in parameters.items():
-        if key in ("self", "random_state", "model_options"):
+        if key in ("self", "random_state", "n_init", "model_options"):
             continue
         if key in ("latent_dim",) + TRAINING:
             assert parameter.default == train_defaults[key], key

@@ -1,0 +1,115 @@
+"""
+Seed stability of factors: do fits from different random seeds find the same
+factors?  Factors are matched across each pair of fits with the Hungarian
+algorithm, once on the correlation of their codes on the same data and once
+on the supports of their decoder masks.
+"""
+
+from itertools import combinations
+from typing import NamedTuple
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+# A code whose posterior mean varies less than this across the data carries
+# no information (a collapsed dimension); the benchmarks count active codes
+# the same way.
+ACTIVE_CODE_VARIANCE = 0.01
+
+
+class FactorStability(NamedTuple):
+    """
+    ``code_correlation``: mean over pairs of fits of the matched ``|corr|`` of
+    their active codes, each pair's sum divided by the larger number of
+    active factors (a factor one fit lacks counts 0).  ``support_jaccard``:
+    the same for the Jaccard similarity of matched columns of the supports
+    (``None`` without supports).  ``pairs``: the per-pair values.
+    """
+
+    code_correlation: float
+    support_jaccard: float
+    pairs: list
+
+
+def _matched_mean(similarity):
+    """Hungarian-matched similarities summed and divided by the larger side (unmatched factors count 0)."""
+    if similarity.size == 0:
+        return 0.0
+    rows, columns = linear_sum_assignment(similarity, maximize=True)
+    return float(similarity[rows, columns].sum() / max(similarity.shape))
+
+
+def _abs_correlation(a, b):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = (a - a.mean(0)) / a.std(0)
+        b = (b - b.mean(0)) / b.std(0)
+        return np.nan_to_num(np.abs(a.T @ b) / a.shape[0])  # a constant code correlates with nothing
+
+
+def _jaccard(a, b):
+    """Jaccard similarity of every column of ``a`` with every column of ``b`` (boolean, features x factors)."""
+    a, b = a.astype(float), b.astype(float)
+    intersection = a.T @ b
+    union = a.sum(0)[:, None] + b.sum(0)[None, :] - intersection
+    return np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0)
+
+
+def active_factors(codes, support=None):
+    """
+    The factors a fit uses: columns of ``support`` (features x factors) with
+    at least one feature, else codes whose variance exceeds ``ACTIVE_CODE_VARIANCE``.
+    """
+    if support is not None:
+        return np.flatnonzero(np.asarray(support).any(0))
+    return np.flatnonzero(np.asarray(codes).var(0) > ACTIVE_CODE_VARIANCE)
+
+
+def code_stability(codes, supports=None):
+    """
+    :class:`FactorStability` of several fits given as arrays: ``codes`` a
+    list of (N, K_f) posterior means of the same N data points, ``supports``
+    an optional list of (G, K_f) boolean decoder supports (then only factors
+    with a non-empty support are compared, else only active codes).
+    """
+    if len(codes) < 2:
+        raise ValueError(f"factor stability compares fits: give at least 2, got {len(codes)}")
+    codes = [np.asarray(c, dtype=float) for c in codes]
+    if len({c.shape[0] for c in codes}) != 1:
+        raise ValueError("the codes must be of the same data points (equal numbers of rows)")
+    supports = None if supports is None else [np.asarray(s, dtype=bool) for s in supports]
+    active = [active_factors(c, None if supports is None else s) for c, s in zip(codes, supports or [None] * len(codes))]
+    pairs = []
+    for i, j in combinations(range(len(codes)), 2):
+        pair = {"fits": (i, j),
+                "code_correlation": _matched_mean(_abs_correlation(codes[i][:, active[i]], codes[j][:, active[j]]))}
+        if supports is not None:
+            pair["support_jaccard"] = _matched_mean(_jaccard(supports[i][:, active[i]], supports[j][:, active[j]]))
+        pairs.append(pair)
+    jaccard = None if supports is None else float(np.mean([p["support_jaccard"] for p in pairs]))
+    return FactorStability(float(np.mean([p["code_correlation"] for p in pairs])), jaccard, pairs)
+
+
+def factor_stability(fits, X):
+    """
+    :class:`FactorStability` of fitted models (e.g. one per seed) on data
+    ``X``: their posterior-mean codes of X, and, where they have a decoder
+    mask, its support (E[γ] > 0.5 where the prior gives inclusion
+    probabilities, else the non-zero entries of W).
+    """
+    codes = [fit.transform(X, kind="mean") for fit in fits]
+    supports = [_support(fit) for fit in fits]
+    if any(s is None for s in supports):
+        supports = None
+    return code_stability(codes, supports)
+
+
+def _support(fit):
+    try:
+        return fit.inclusion_probs_ > 0.5
+    except AttributeError:
+        pass
+    try:
+        W = fit.W_
+    except AttributeError:
+        return None
+    return W != 0 if W.ndim == 2 else None

@@ -1,0 +1,50 @@
+"""The second synthetic generator: correlated factors, anchors, a sparse nonlinear map."""
+
+import numpy as np
+import pytest
+
+from pyro_sparse.data.synthetic import random_correlation, synthetic_correlated_factors
+
+
+def test_shapes_anchors_and_parents():
+    data = synthetic_correlated_factors(n=300, num_factors=5, num_features=60, anchors_per_factor=3, seed=2)
+    assert data.X.shape == (300, 60) and data.z.shape == (300, 5) and data.support.shape == (60, 5)
+    parents = data.support.sum(1)
+    assert parents.min() >= 1 and parents.max() <= 3
+    for k in range(5):
+        anchors = np.flatnonzero(data.support[:, k] & (parents == 1))
+        assert len(anchors) >= 3
+
+
+def test_factors_have_the_drawn_correlation():
+    data = synthetic_correlated_factors(n=20_000, num_factors=6, max_correlation=0.8, seed=1)
+    empirical = np.corrcoef(data.z.T)
+    off_diagonal = np.abs(empirical - np.eye(6)).max()
+    assert off_diagonal == pytest.approx(0.8, abs=0.03)
+
+
+def test_random_correlation_is_a_correlation_matrix():
+    R = random_correlation(8, 0.8, np.random.default_rng(0))
+    assert np.allclose(np.diag(R), 1) and np.allclose(R, R.T)
+    assert np.linalg.eigvalsh(R).min() > 0
+    assert np.abs(R - np.eye(8)).max() == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="max_correlation"):
+        random_correlation(3, 1.0, np.random.default_rng(0))
+
+
+def test_the_map_is_fixed_by_the_seed_and_bernoulli_is_binary():
+    a = synthetic_correlated_factors(n=100, seed=3)
+    b = synthetic_correlated_factors(n=200, seed=3)
+    np.testing.assert_array_equal(a.support, b.support)
+    assert not np.array_equal(synthetic_correlated_factors(n=100, seed=4).support, a.support)
+    binary = synthetic_correlated_factors(n=100, likelihood="bernoulli")
+    assert set(np.unique(binary.X)) <= {0.0, 1.0}
+
+
+def test_features_depend_on_their_parents_only():
+    data = synthetic_correlated_factors(n=4000, num_factors=4, num_features=30, max_correlation=0.0, seed=5)
+    # A feature is independent of a factor outside its support (the factors are independent here).
+    for j in range(30):
+        for k in range(4):
+            if not data.support[j, k]:
+                assert abs(np.corrcoef(data.X[:, j], data.z[:, k])[0, 1]) < 0.07

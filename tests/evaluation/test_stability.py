@@ -1,0 +1,53 @@
+"""Seed stability of factors: matched code correlations and support Jaccard across fits."""
+
+import numpy as np
+import pytest
+
+from pyro_sparse.evaluation import code_stability
+
+
+@pytest.fixture
+def codes():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(500, 3))
+
+
+def test_the_same_factors_in_another_order_and_sign_are_stable(codes):
+    shuffled = -2 * codes[:, [2, 0, 1]] + 1
+    support = np.eye(3, dtype=bool).repeat(2, axis=0)
+    result = code_stability([codes, shuffled], [support, support[:, [2, 0, 1]]])
+    assert result.code_correlation == pytest.approx(1.0)
+    assert result.support_jaccard == pytest.approx(1.0)
+
+
+def test_unrelated_factors_are_not_stable(codes):
+    other = np.random.default_rng(1).normal(size=codes.shape)
+    assert code_stability([codes, other]).code_correlation < 0.15
+
+
+def test_a_missing_factor_counts_zero(codes):
+    fewer = codes.copy()
+    fewer[:, 2] = 0.0  # a collapsed code is not active
+    result = code_stability([codes, fewer])
+    assert result.code_correlation == pytest.approx(2 / 3)
+
+
+def test_rotated_factors_score_below_one(codes):
+    angle = np.pi / 6
+    rotation = np.array([[np.cos(angle), -np.sin(angle), 0], [np.sin(angle), np.cos(angle), 0], [0, 0, 1]])
+    score = code_stability([codes, codes @ rotation]).code_correlation
+    assert 0.85 < score < 0.95  # cos 30° = 0.87 for two of the three factors
+
+
+def test_supports_are_matched_by_jaccard():
+    a = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], dtype=bool)
+    b = np.array([[0, 1], [0, 1], [1, 0], [0, 0]], dtype=bool)  # swapped, one member lost
+    result = code_stability([np.eye(4)[:, :2], np.eye(4)[:, [1, 0]]], [a, b])
+    assert result.support_jaccard == pytest.approx((1.0 + 0.5) / 2)
+
+
+def test_needs_two_fits_of_the_same_points(codes):
+    with pytest.raises(ValueError, match="at least 2"):
+        code_stability([codes])
+    with pytest.raises(ValueError, match="same data points"):
+        code_stability([codes, codes[:10]])
