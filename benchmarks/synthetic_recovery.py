@@ -20,6 +20,10 @@ Columns: heldout MSE of E[x | E_q z] (Gaussian) and importance-weighted NLL
 correlation the fitted R between the codes matched to the first two factors
 (``rho_hat``; Eq. 9 only); seed stability over the seeds: the matched |corr|
 of the codes on the heldout points and the matched Jaccard of the supports.
+The learned-R model also runs ``--restarts`` times as many seeds; in each group
+of ``--restarts`` the fit of lowest final training loss is what
+``SparseVAE(n_init=restarts)`` keeps (the "best of" row, on which issue 18's
+targets are checked).
 Writes ``synthetic_recovery_<generator>.json`` / ``.md`` with every run, the
 tables (mean ± sd) and each target of issue 18, met or not.
 
@@ -95,7 +99,7 @@ def run(job):
     matching = evaluation.match_factors(z, test.z)
     result = {
         "label": label, "generator": generator, "level": level, "likelihood": likelihood, "seed": seed,
-        "seconds": seconds, "dci": evaluation.dci_disentanglement(z, test.z),
+        "seconds": seconds, "loss": fitted.history_["train_loss"][-1], "dci": evaluation.dci_disentanglement(z, test.z),
         "nll": evaluation.heldout_nll(fitted.heldout_log_likelihood(test.X, num_samples=50)),
         "codes": z.round(4).tolist(), "active": fitted.active_factors_.tolist(),
     }
@@ -109,8 +113,28 @@ def run(job):
         )
     if hyper.get("latent_prior") == "correlated":
         R = fitted.latent_correlation_
-        result["rho_hat"] = float(R[matching[0], matching[1]])
+        # A code may be a factor with its sign flipped: read R in the factors' orientation.
+        signs = [np.sign(np.corrcoef(z[:, matching[k]], test.z[:, k])[0, 1]) for k in (0, 1)]
+        result["rho_hat"] = float(R[matching[0], matching[1]] * signs[0] * signs[1])
     return result
+
+
+BEST_OF = "sparse VAE, learned R, best of {n} (n_init)"
+
+
+def best_of(results, label, restarts):
+    """
+    The runs ``SparseVAE(n_init=restarts)`` would keep: for seeds s·n ... s·n + n - 1
+    of ``label``, the run of lowest final training loss (-ELBO per point).
+    """
+    chosen = []
+    for key in {(r["level"], r["likelihood"]) for r in results if r["label"] == label}:
+        runs = sorted((r for r in results if r["label"] == label and (r["level"], r["likelihood"]) == key),
+                      key=lambda r: r["seed"])
+        for start in range(0, len(runs) - restarts + 1, restarts):
+            best = min(runs[start:start + restarts], key=lambda r: r["loss"])
+            chosen.append({**best, "label": BEST_OF.format(n=restarts), "seed": start // restarts})
+    return chosen
 
 
 def stability(runs):
@@ -126,7 +150,8 @@ def stability(runs):
     return {"stability_codes": result.code_correlation, "stability_support": result.support_jaccard}
 
 
-COLUMNS = ["dci", "f_score", "columns", "rho_hat", "nll", "mse", "stability_codes", "stability_support", "seconds"]
+COLUMNS = ["dci", "f_score", "columns", "rho_hat", "nll", "mse", "stability_codes", "stability_support", "loss",
+           "seconds"]
 
 
 def _cell(values):
@@ -154,7 +179,7 @@ def _mean(results, label, level, key, likelihood="gaussian"):
     return np.mean(values), np.std(values)
 
 
-def targets_eq9(results, label="sparse VAE, learned R"):
+def targets_eq9(results, label):
     """Issue 18's targets on Eq. 9 for ``label``, each as (target, measured, met)."""
     rows = []
     for level in SETTINGS["eq9"]["levels"]:
@@ -181,7 +206,7 @@ def targets_eq9(results, label="sparse VAE, learned R"):
     return rows
 
 
-def targets_correlated(results, cells, label="sparse VAE, learned R"):
+def targets_correlated(results, cells, label):
     levels = SETTINGS["correlated"]["levels"]
     f = np.mean([_mean(results, label, level, "f_score", lik)[0] for level in levels for lik in ("gaussian", "bernoulli")])
     dci = np.mean([_mean(results, label, level, "dci", lik)[0] for level in levels for lik in ("gaussian", "bernoulli")])
@@ -197,25 +222,34 @@ def main():
     parser.add_argument("--generator", choices=sorted(SETTINGS), default="eq9")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=None, help="default: 200 (eq9), 100 (correlated)")
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated labels of MODELS")
+    parser.add_argument("--models", default=";".join(MODELS), help="semicolon-separated labels of MODELS")
+    parser.add_argument("--restarts", type=int, default=3,
+                        help="the learned-R model runs seeds x restarts; the best of each group of restarts by "
+                             "training loss is the n_init row, on which the targets are checked")
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     setting = SETTINGS[args.generator]
-    labels = args.models.split(",")
+    labels = args.models.split(";")
     args.epochs = setting["epochs"] if args.epochs is None else args.epochs
+    restarted = "sparse VAE, learned R"
     jobs = [(label, args.generator, level, likelihood, seed, args.epochs)
-            for likelihood in setting["likelihoods"] for level in setting["levels"]
-            for seed in range(args.seeds) for label in labels]
+            for likelihood in setting["likelihoods"] for level in setting["levels"] for label in labels
+            for seed in range(args.seeds * (args.restarts if label == restarted else 1))]
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(run, jobs))
+    selected = best_of(results, restarted, args.restarts)
+    # The single-run row shows the first `seeds` seeds, as the other models.
+    results = [r for r in results if r["label"] != restarted or r["seed"] < args.seeds] + selected
     cells = {}
     for key in {(r["label"], r["level"], r["likelihood"]) for r in results}:
         cells[key] = stability([r for r in results if (r["label"], r["level"], r["likelihood"]) == key])
-    targets = targets_eq9(results) if args.generator == "eq9" else targets_correlated(results, cells)
+    target_label = BEST_OF.format(n=args.restarts)
+    targets = (targets_eq9(results, target_label) if args.generator == "eq9"
+               else targets_correlated(results, cells, target_label))
     markdown = "\n".join([
         f"# Synthetic recovery: `{args.generator}` ({args.seeds} seeds, {args.epochs} epochs)", "",
-        table(results, cells), "", "## Targets (issue 18), sparse VAE with the learned correlation", "",
+        table(results, cells), "", f"## Targets (issue 18): {target_label}", "",
         "| target | measured | met |", "|---|---|---|",
         *[f"| {target} | {measured} | {'yes' if met else '**no**'} |" for target, measured, met in targets],
     ])

@@ -31,6 +31,8 @@ class AmortizedGuide(nn.Module):
     :param float kl_weight: scale of the z site; must equal the model's (β-VAE),
         because ``TraceMeanField_ELBO`` weighs an analytic KL by the guide's scale.
     :param str network: ``"mlp"`` or ``"conv"`` (28x28 images, Fallah & Rozell Table 5).
+    :param int covariate_dim: C, covariates appended to the encoder's input
+        (:class:`~pyro_sparse.data.covariates.CovariateSpec`); 0 for none.
     """
 
     def __init__(
@@ -44,16 +46,20 @@ class AmortizedGuide(nn.Module):
         kl_weight,
         network="mlp",
         extra_outputs=0,
+        covariate_dim=0,
     ):
         super().__init__()
         self.num_features, self.latent_dim = num_features, latent_dim
         self.log1p_input, self.kl_weight = log1p_input, float(kl_weight)
         self.input_affine = FeatureAffine(num_features)
         self.output_sizes = [latent_dim] * outputs_per_latent + ([extra_outputs] if extra_outputs else [])
+        self.covariate_dim = int(covariate_dim)
         if network == "conv":
+            if covariate_dim:
+                raise ValueError("the conv encoder takes images only: covariates need network='mlp'")
             self.encoder = ConvEncoder28(num_features, sum(self.output_sizes))
         elif network == "mlp":
-            self.encoder = mlp(num_features, hidden_dims, sum(self.output_sizes))
+            self.encoder = mlp(num_features + self.covariate_dim, hidden_dims, sum(self.output_sizes))
         else:
             raise ValueError(f"network must be 'mlp' or 'conv', got {network!r}")
         point_estimates = point_estimates or {}
@@ -69,22 +75,30 @@ class AmortizedGuide(nn.Module):
         """The current value of a point-estimated global site."""
         return transform_to(self.supports[name])(self.unconstrained[name])
 
-    def encoder_outputs(self, x):
-        """The encoder's outputs, split into one (batch, K) tensor per output kind (and the extra outputs)."""
-        h = self.encoder(self.input_affine.inverse(torch.log1p(x) if self.log1p_input else x))
-        return h.split(self.output_sizes, dim=-1)
+    def encoder_outputs(self, x, covariates=None):
+        """
+        The encoder's outputs, split into one (batch, K) tensor per output kind
+        (and the extra outputs).  Missing covariates (e.g. a prior's pseudo-inputs) enter as zeros.
+        """
+        inputs = self.input_affine.inverse(torch.log1p(x) if self.log1p_input else x)
+        if self.covariate_dim:
+            if covariates is None:
+                covariates = inputs.new_zeros(*inputs.shape[:-1], self.covariate_dim)
+            inputs = torch.cat([inputs, covariates], dim=-1)
+        return self.encoder(inputs).split(self.output_sizes, dim=-1)
 
-    def posterior(self, x):
+    def posterior(self, x, covariates=None):
         raise NotImplementedError
 
-    def sample_local(self, x):
+    def sample_local(self, x, covariates=None):
         """The data-plate sites of one minibatch; by default the code z ~ q(z | x)."""
         with poutine.scale(scale=self.kl_weight):
-            pyro.sample("z", self.posterior(x))
+            pyro.sample("z", self.posterior(x, covariates))
 
-    def forward(self, x, num_data=None):
+    def forward(self, x, num_data=None, covariates=None, library=None):
+        """The guide of one minibatch; ``library`` is observed, so the guide does not use it."""
         for name in self.supports:  # in the model's order (ParameterDict may sort its keys)
             value = self.point_estimate(name)
             pyro.sample(name, dist.Delta(value, event_dim=value.dim()))
         with data_plate(x, num_data):
-            self.sample_local(x)
+            self.sample_local(x, covariates)

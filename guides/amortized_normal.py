@@ -31,17 +31,18 @@ class AmortizedNormalGuide(AmortizedGuide):
         kl_weight=1.0,
         network="mlp",
         posterior_covariance="diagonal",
+        covariate_dim=0,
     ):
         if posterior_covariance not in ("diagonal", "full"):
             raise ValueError(f"posterior_covariance must be 'diagonal' or 'full', got {posterior_covariance!r}")
         extra = latent_dim * (latent_dim - 1) // 2 if posterior_covariance == "full" else 0
         super().__init__(num_features, latent_dim, 2, hidden_dims, point_estimates, log1p_input, kl_weight, network,
-                         extra_outputs=extra)
+                         extra_outputs=extra, covariate_dim=covariate_dim)
         self.posterior_covariance = posterior_covariance
         self.register_buffer("_lower", torch.ones(latent_dim, latent_dim).tril(-1).nonzero().T, persistent=False)
 
-    def posterior(self, x):
-        loc, raw_scale, *off_diagonal = self.encoder_outputs(x)
+    def posterior(self, x, covariates=None):
+        loc, raw_scale, *off_diagonal = self.encoder_outputs(x, covariates)
         scale = F.softplus(raw_scale) + 1e-4
         if self.posterior_covariance == "diagonal":
             return dist.Normal(loc, scale).to_event(1)

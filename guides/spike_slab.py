@@ -49,8 +49,10 @@ class SpikeSlabGuide(AmortizedGuide):
         temperature_end=0.5,
         temperature_decay=0.9995,
         network="mlp",
+        covariate_dim=0,
     ):
-        super().__init__(num_features, latent_dim, 3, hidden_dims, point_estimates, log1p_input, kl_weight, network)
+        super().__init__(num_features, latent_dim, 3, hidden_dims, point_estimates, log1p_input, kl_weight, network,
+                         covariate_dim=covariate_dim)
         if spike_estimator not in ("relaxed", "straight_through"):
             raise ValueError(f"spike_estimator must be 'relaxed' or 'straight_through', got {spike_estimator!r}")
         if not 0 < slope_start <= slope_end:
@@ -88,8 +90,8 @@ class SpikeSlabGuide(AmortizedGuide):
         self.temperature.fill_(max(self.temperature_end, self.temperature_start * self.temperature_decay**iteration))
         self.slab_weight.fill_(self._ramp(epoch, self.pretrain_epochs, self.pretrain_ramp_epochs))
 
-    def posterior(self, x):
-        loc, log_variance, v = self.encoder_outputs(x)
+    def posterior(self, x, covariates=None):
+        loc, log_variance, v = self.encoder_outputs(x, covariates)
         # Clamped as the other networks' log-scales: an encoder driven far out
         # must not underflow σ², whose log the KL takes.
         log_variance = log_variance.clamp(-20.0, 20.0)

@@ -1,28 +1,54 @@
 """The inference network of thresholded variational sparse coding (Fallah & Rozell 2022)."""
 
+import math
+
 import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
+from torch.nn import functional
 
-from pyro_sparse.distributions.thresholded import code_distribution
+from pyro_sparse.distributions.thresholded import ESTIMATORS, code_distribution
 from pyro_sparse.guides.amortized import AmortizedGuide
+
+# A new amortised gate starts open, P(z != 0) = sigmoid(2) ≈ 0.88 (see ThresholdedGuide).
+_INITIAL_GATE_LOGIT = 2.0
 
 
 class ThresholdedGuide(AmortizedGuide):
     r"""
-    q_φ(s | x): a Laplace or Gaussian base with shift μ_φ(x) and scale from
+    q_φ(z | x): a Laplace or Gaussian base with shift μ_φ(x) and scale from
     log b_φ(x) (Appendix B), whose draws pass through the shifted
-    soft-threshold with the straight-through estimator of Eq. 4; with
-    ``learn_threshold`` also q_φ(λ | x) = Gamma(α_φ(x), β_φ(x)), reparameterised
-    pathwise, its log-parameters clamped to [log 1e-6, log 1e6] as the paper.
+    soft-threshold, with the threshold
 
-    For the Laplace base the inferred scale is multiplied by the warm-up ω,
-    which starts at ``scale_warmup_start`` (0.1) and grows by
-    ``scale_warmup_rate`` (2e-4) per iteration up to 1 (Appendix B).
+    * ``amortized_threshold``: λ_φ(x) = b_φ(x) softplus(-ℓ_φ(x)), one more
+      encoder output ℓ per coordinate, so that λ/b, and with it the
+      probability γ = P(z ≠ 0) of being on, is set by ℓ alone (γ = sigmoid(ℓ)
+      for the Laplace base, erfc(softplus(-ℓ)/√2) for the Gaussian) and the
+      noise b can be small for a code that is on;
+    * ``learn_threshold``: λ ~ q_φ(λ | x) = Gamma(α_φ(x), β_φ(x)), pathwise,
+      its log-parameters clamped to [log 1e-6, log 1e6] as in the paper;
+    * otherwise the prior's λ0.
 
-    :meth:`posterior` (used for codes) takes λ at its posterior mean α/β when
-    the threshold is learned.
+    Draws use ``estimator`` (:meth:`ThresholdedDistribution.rsample`: ``"jump"``
+    by default, ``"straight_through"`` for the paper's Eq. 4, ``"subgradient"``).
+    The scale's output bias starts at log ``prior_scale`` and an amortised
+    gate's at ℓ = 2 (γ ≈ 0.88): codes start on and about as noisy as the
+    prior, so encoder and generator learn from dense codes first and the KL
+    (with its warm-up) switches off the ones it does not pay for, the role
+    the λ warm-up plays for FISTA (Appendix D). A gate that starts at the
+    prior's γ0 ≈ 0.1 with a random generator instead sits on a plateau for
+    several epochs: its jump gradient is proportional to μ, which only
+    learns while the code is on.
+
+    For the Laplace base the scale can be multiplied by the warm-up ω of
+    Appendix B, which starts at ``scale_warmup_start`` and grows by
+    ``scale_warmup_rate`` per iteration up to 1 (the paper: 0.1 and 2e-4).
+    It is off by default (start 1): with the jump estimator it only delays
+    learning (results of ``benchmarks/sparse_coding_patches.py``).
+
+    :meth:`posterior` (used for codes) takes a learned λ at its posterior
+    mean α/β.
     """
 
     def __init__(
@@ -36,55 +62,75 @@ class ThresholdedGuide(AmortizedGuide):
         base="laplace",
         threshold=0.25,
         learn_threshold=False,
+        amortized_threshold=False,
         threshold_kl_weight=0.1,
-        straight_through=True,
-        scale_warmup_start=0.1,
+        prior_scale=0.1,
+        estimator="jump",
+        scale_warmup_start=1.0,
         scale_warmup_rate=2e-4,
         network="mlp",
+        covariate_dim=0,
     ):
-        outputs = 4 if learn_threshold else 2
+        if learn_threshold and amortized_threshold:
+            raise ValueError("learn_threshold and amortized_threshold exclude each other")
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        outputs = 2 + 2 * bool(learn_threshold) + bool(amortized_threshold)
         super().__init__(
-            num_features, latent_dim, outputs, hidden_dims, point_estimates, log1p_input, kl_weight, network
+            num_features, latent_dim, outputs, hidden_dims, point_estimates, log1p_input, kl_weight, network,
+            covariate_dim=covariate_dim,
         )
         if not 0 < scale_warmup_start <= 1 or scale_warmup_rate < 0:
             raise ValueError("need 0 < scale_warmup_start <= 1 and scale_warmup_rate >= 0")
         self.base, self.learn_threshold = base, bool(learn_threshold)
+        self.amortized_threshold = bool(amortized_threshold)
         self.threshold = None if threshold is None else float(threshold)
-        self.threshold_kl_weight, self.straight_through = float(threshold_kl_weight), bool(straight_through)
+        self.threshold_kl_weight, self.estimator = float(threshold_kl_weight), estimator
         self.scale_warmup_start, self.scale_warmup_rate = float(scale_warmup_start), float(scale_warmup_rate)
+        self._initialise_output_biases(float(prior_scale))
         # A buffer, so a fitted or loaded guide evaluates with the value its
         # training ended on (1 for a fresh guide used on its own).
         self.register_buffer("scale_warmup", torch.tensor(1.0))
+
+    @torch.no_grad()
+    def _initialise_output_biases(self, prior_scale):
+        last = [m for m in self.encoder.modules() if isinstance(m, torch.nn.Linear)][-1]
+        K = self.latent_dim
+        last.bias[K:2 * K].add_(math.log(prior_scale))
+        if self.amortized_threshold:
+            last.bias[2 * K:3 * K].add_(_INITIAL_GATE_LOGIT)
 
     def schedule(self, epoch, iteration):
         warmup = min(1.0, self.scale_warmup_start + self.scale_warmup_rate * iteration)
         self.scale_warmup.fill_(warmup if self.base == "laplace" else 1.0)
 
-    def _encode(self, x):
-        outputs = self.encoder_outputs(x)
+    def _encode(self, x, covariates=None):
+        """(μ, scale, threshold or None, Gamma posterior of λ or None)."""
+        outputs = self.encoder_outputs(x, covariates)
         loc, scale = outputs[0], outputs[1].clamp(-15.0, 15.0).exp() * self.scale_warmup
-        threshold_posterior = None
-        if self.learn_threshold:
+        threshold = threshold_posterior = None
+        if self.amortized_threshold:
+            threshold = scale * functional.softplus(-outputs[2])
+        elif self.learn_threshold:
             log_limit = 13.815510557964274  # log 1e6
             concentration = outputs[2].clamp(-log_limit, log_limit).exp()
             rate = outputs[3].clamp(-log_limit, log_limit).exp()
             threshold_posterior = dist.Gamma(concentration, rate)
-        return loc, scale, threshold_posterior
+        elif self.threshold is not None:
+            threshold = torch.full_like(loc, self.threshold)
+        return loc, scale, threshold, threshold_posterior
 
     def _codes(self, loc, scale, threshold):
-        return code_distribution(self.base, loc, scale, threshold, self.straight_through)
+        return code_distribution(self.base, loc, scale, threshold, self.estimator)
 
-    def _fixed_threshold(self, loc):
-        return None if self.threshold is None else torch.full_like(loc, self.threshold)
-
-    def posterior(self, x):
-        loc, scale, threshold_posterior = self._encode(x)
-        threshold = self._fixed_threshold(loc) if threshold_posterior is None else threshold_posterior.mean
+    def posterior(self, x, covariates=None):
+        loc, scale, threshold, threshold_posterior = self._encode(x, covariates)
+        if threshold_posterior is not None:
+            threshold = threshold_posterior.mean
         return self._codes(loc, scale, threshold).to_event(1)
 
-    def sample_local(self, x):
-        loc, scale, threshold_posterior = self._encode(x)
-        threshold = self._fixed_threshold(loc)
+    def sample_local(self, x, covariates=None):
+        loc, scale, threshold, threshold_posterior = self._encode(x, covariates)
         if threshold_posterior is not None:
             with poutine.scale(scale=self.threshold_kl_weight):
                 threshold = pyro.sample("threshold", threshold_posterior.to_event(1))

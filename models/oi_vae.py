@@ -9,8 +9,7 @@ import torch
 from torch import nn
 from torch.distributions import constraints
 
-from pyro_sparse.distributions.likelihoods import check_likelihood, observation
-from pyro_sparse.nn import Decoder, FeatureAffine
+from pyro_sparse.nn import Decoder, FeatureAffine, ObservationModel
 from pyro_sparse.plates import data_plate
 from pyro_sparse.priors import (
     DEFAULT_NOISE_NU,
@@ -50,9 +49,10 @@ class GroupGenerators(Decoder):
     :param int latent_dim: K.
     :param int group_input_dim: p.
     :param tuple hidden_dims: widths of each generator's hidden layers.
+    :param int covariate_dim: C, covariates added to every generator's first layer (not through W).
     """
 
-    def __init__(self, group_of_feature, latent_dim, group_input_dim, hidden_dims):
+    def __init__(self, group_of_feature, latent_dim, group_input_dim, hidden_dims, covariate_dim=0):
         super().__init__()
         if not hidden_dims:
             raise ValueError("the oi-VAE generators need at least one hidden layer")
@@ -72,21 +72,29 @@ class GroupGenerators(Decoder):
             self.layer_weights.append(weight)
             self.layer_biases.append(bias)
         self.output_affine = FeatureAffine(len(group_of_feature))
+        self.covariate_weight = (
+            nn.Parameter(torch.zeros(num_groups, covariate_dim, hidden_dims[0])) if covariate_dim else None
+        )
 
-    def forward(self, z, weights):
+    def forward(self, z, weights, covariates=None):
         """
         :param torch.Tensor z: codes, shape ``(..., batch, K)``.
         :param torch.Tensor weights: W, shape ``(groups, K, p)``; ``weights[g, k]``
             is column k of W^{(g)}.
+        :param torch.Tensor covariates: (batch, C), or ``None``.
         :returns: decoder outputs, shape ``(..., batch, G)``.
         """
         batch_shape = z.shape[:-1]
         h = torch.matmul(z.reshape(1, -1, z.shape[-1]), weights)  # (groups, batch, p)
         first = self.layer_weights[0]
         first = first / torch.linalg.vector_norm(first, dim=-1, keepdim=True).clamp_min(1e-12)
+        first_bias = self.layer_biases[0]
+        if self.covariate_weight is not None and covariates is not None:
+            covariates = covariates.expand(*batch_shape, covariates.shape[-1]).reshape(1, -1, covariates.shape[-1])
+            first_bias = first_bias + torch.matmul(covariates, self.covariate_weight)  # (groups, batch, H1)
         last = len(self.layer_weights) - 1
         for index, (weight, bias) in enumerate(zip(self.layer_weights, self.layer_biases)):
-            h = torch.baddbmm(bias, h, first if index == 0 else weight)
+            h = torch.baddbmm(first_bias if index == 0 else bias, h, first if index == 0 else weight)
             if index < last:
                 h = torch.relu(h)
         out = h[self.group_of_feature, :, self.slot]  # (G, batch)
@@ -122,6 +130,10 @@ class OIVAE(nn.Module):
     :param float noise_xi: ξ of the σ² prior (calibrated from data by ``train``).
     :param latent_prior: the prior of z, a :class:`~pyro_sparse.priors.LatentPrior`;
         ``None`` for N(0, I_K).
+    :param int covariate_dim: C, covariates given with the data (set by ``train``).
+    :param int num_batches: categories of the batch covariate (set by ``train``).
+    :param str dispersion: inverse dispersion of ``negative_binomial`` / ``zinb``
+        per feature (``"gene"``) or per feature and batch (``"gene-batch"``).
     """
 
     def __init__(
@@ -137,6 +149,9 @@ class OIVAE(nn.Module):
         noise_nu=DEFAULT_NOISE_NU,
         noise_xi=1.0,
         latent_prior=None,
+        covariate_dim=0,
+        num_batches=1,
+        dispersion="gene",
     ):
         super().__init__()
         if not beta > 0:
@@ -152,11 +167,13 @@ class OIVAE(nn.Module):
             _, group_of_feature = np.unique(groups, return_inverse=True)
         self.num_features, self.latent_dim = num_features, latent_dim
         self.num_groups, self.group_input_dim = int(group_of_feature.max()) + 1, int(group_input_dim)
-        self.likelihood = check_likelihood(likelihood)
+        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion)
+        self.likelihood = self.observation.likelihood
         self.beta = float(beta)
         self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
         self.hidden_dims = tuple(hidden_dims)
-        self.decoder = GroupGenerators(group_of_feature, latent_dim, self.group_input_dim, self.hidden_dims)
+        self.decoder = GroupGenerators(group_of_feature, latent_dim, self.group_input_dim, self.hidden_dims,
+                                       covariate_dim)
         self.site_priors = nn.ModuleDict(
             {"W": GroupLassoPrior(self.num_groups, latent_dim, self.group_input_dim, lam)}
         )
@@ -187,7 +204,7 @@ class OIVAE(nn.Module):
             sites["sigma2"] = initial_noise_variance(feature_variances)
         return sites
 
-    def forward(self, x, num_data=None):
+    def forward(self, x, num_data=None, covariates=None, library=None):
         weights = pyro.sample("W", self.site_priors["W"].distribution())
         noise_variance = None
         if self.likelihood == "gaussian":
@@ -195,5 +212,6 @@ class OIVAE(nn.Module):
         self.latent_prior.sample_globals(x)
         with data_plate(x, num_data):
             z = self.latent_prior.sample(x, self.beta)
-            output = self.decoder(z, weights)
-            pyro.sample("x", observation(self.likelihood, output, noise_variance), obs=x)
+            output = self.decoder(z, weights, covariates)
+            log_library = self.observation.log_library(x, library) if self.observation.counts else None
+            pyro.sample("x", self.observation(output, noise_variance, log_library, covariates), obs=x)

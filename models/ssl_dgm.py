@@ -8,12 +8,8 @@ from pyro import poutine
 from torch import nn
 from torch.distributions import constraints
 
-from pyro_sparse.distributions.likelihoods import (
-    check_feature_subsample_size,
-    check_likelihood,
-    observation,
-)
-from pyro_sparse.nn import MaskedDecoder
+from pyro_sparse.distributions.likelihoods import check_feature_subsample_size
+from pyro_sparse.nn import MaskedDecoder, ObservationModel
 from pyro_sparse.plates import data_plate
 from pyro_sparse.priors import (
     DEFAULT_NOISE_NU,
@@ -77,6 +73,12 @@ class SparseDGM(nn.Module):
         comes back (once its column of W is exactly zero, W's likelihood
         gradient there averages to zero).  Measured: docs/results/speed.rst,
         "Time to heldout quality".
+    :param int covariate_dim: C, covariates given with the data (set by ``train``).
+    :param int num_batches: categories of the batch covariate (set by ``train``).
+    :param str dispersion: ``"gene"`` or ``"gene-batch"``: the inverse
+        dispersion of ``negative_binomial`` / ``zinb`` per feature, or per feature and batch.
+
+    Covariates enter the decoder's first layer unmasked: they are not factors.
     """
 
     def __init__(
@@ -93,10 +95,14 @@ class SparseDGM(nn.Module):
         memory_budget_bytes=2**30,
         feature_subsample_size=None,
         feature_subsample_start_epoch=0.0,
+        covariate_dim=0,
+        num_batches=1,
+        dispersion="gene",
     ):
         super().__init__()
         self.num_features, self.latent_dim = num_features, latent_dim
-        self.likelihood = check_likelihood(likelihood)
+        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion)
+        self.likelihood = self.observation.likelihood
         self.feature_subsample_size = check_feature_subsample_size(
             feature_subsample_size, num_features, self.likelihood
         )
@@ -111,7 +117,8 @@ class SparseDGM(nn.Module):
         self.beta = float(beta)
         self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
         self.hidden_dims = tuple(hidden_dims)
-        self.decoder = MaskedDecoder(num_features, latent_dim, hidden_dims, memory_budget_bytes)
+        self.decoder = MaskedDecoder(num_features, latent_dim, hidden_dims, memory_budget_bytes,
+                                     covariate_dim=covariate_dim)
         mask_prior = SpikeSlabLassoPrior(num_features, latent_dim) if mask_prior is None else mask_prior
         if self.feature_subsample_size is not None and hasattr(mask_prior, "gradient_averaging"):
             # A row of W gets a likelihood gradient on |S|/G of the steps,
@@ -145,7 +152,7 @@ class SparseDGM(nn.Module):
             sites["sigma2"] = initial_noise_variance(feature_variances)
         return sites
 
-    def forward(self, x, num_data=None):
+    def forward(self, x, num_data=None, covariates=None, library=None):
         mask = pyro.sample("W", self.site_priors["W"].distribution())
         noise_variance = None
         if self.likelihood == "gaussian":
@@ -154,14 +161,15 @@ class SparseDGM(nn.Module):
         with data_plate(x, num_data):
             z = self.latent_prior.sample(x, self.beta)
             features = self.visited_features(x.device)
-            output = self.decoder(z, mask, features)
+            output = self.decoder(z, mask, features, covariates)
+            log_library = self.observation.log_library(x, library) if self.observation.counts else None
             if features is not None:
                 x = x[..., features]
                 noise_variance = None if noise_variance is None else noise_variance[features]
             # Each visited feature's term counts G/|S| times: over uniform
             # random subsets S the expectation is the sum over all G features.
             with poutine.scale(scale=self.num_features / x.shape[-1]):
-                pyro.sample("x", observation(self.likelihood, output, noise_variance), obs=x)
+                pyro.sample("x", self.observation(output, noise_variance, log_library, covariates, features), obs=x)
 
     def check_schedule(self, kl_warmup_epochs):
         """Warn, before training, when feature subsampling starts before the KL warm-up ends."""

@@ -3,8 +3,7 @@
 import pyro
 from torch import nn
 
-from pyro_sparse.distributions.likelihoods import check_likelihood, observation
-from pyro_sparse.nn import ConvDecoder28, DenseDecoder
+from pyro_sparse.nn import ConvDecoder28, DenseDecoder, ObservationModel
 from pyro_sparse.plates import data_plate
 from pyro_sparse.priors import LinearGenerator, ThresholdedLaplacePrior, fixed_noise_variance
 
@@ -24,23 +23,32 @@ class TVSC(nn.Module):
     :class:`~pyro_sparse.priors.ThresholdedLaplacePrior` (``train``
     takes ``latent_prior="thresholded_laplace"`` or ``"thresholded_normal"``
     and their ``threshold``, ``prior_scale``, ``learn_threshold``,
-    ``threshold_concentration`` and ``threshold_beta``); its guide is
-    :class:`~pyro_sparse.guides.ThresholdedGuide` and their KL term is, as in
-    the paper's Eq. 5, the KL of the *base* distributions, weighted by β1.
-    ``decoder="linear"`` is the dictionary model of Eq. 11-12: x ≈ A z with
-    the Frobenius penalty κ‖A‖² per data point, i.e. a Normal(0, (2κN)^-1/2)
-    prior on A over N data points, point-estimated; with the default σ² = 1/2
-    the likelihood is -‖x - Az‖² + const, Eq. 12.
+    ``amortized_threshold``, ``kl``, ``threshold_concentration`` and
+    ``threshold_beta``); its guide is
+    :class:`~pyro_sparse.guides.ThresholdedGuide` (``estimator``), and the
+    code KL, weighted by β1, is the prior's ``kl`` (the paper's Eq. 5 is
+    ``kl="base"``). ``decoder="linear"`` is the dictionary model of Eq. 11-12:
+    x ≈ A z with the Frobenius penalty κ‖A‖² per data point, i.e. a
+    Normal(0, (2κN)^-1/2) prior on A over N data points, point-estimated;
+    with the default σ² = 1/2 the likelihood is -‖x - Az‖² + const, Eq. 12.
+    ``transform`` gives the posterior mode (exactly 0 where P(z = 0) > 1/2),
+    ``reconstruct`` A E_q[z | x].
 
     :param float beta: β1, weight of the code KL.
     :param str decoder: ``"mlp"``, ``"linear"`` or ``"conv"`` (the encoder and
         generator of the paper's Table 5, for 28x28 images).
-    :param float dictionary_penalty: κ of the linear decoder's Frobenius penalty.
+    :param float dictionary_penalty: κ of the linear decoder's Frobenius penalty
+        (Appendix D: 1e-4 for the variational methods, 1e-3 for FISTA).
     :param float noise_variance: σ² of the Gaussian likelihood; ``train``
         sets it to half the mean feature variance (Eq. 12's 1/2 for
         standardised data) unless given.
     :param latent_prior: a :class:`~pyro_sparse.priors.LatentPrior`;
         ``None`` for the thresholded Laplace with the paper's defaults.
+    :param int covariate_dim: C, covariates appended to the MLP generator's
+        input (set by ``train``; the linear and conv generators take none).
+    :param int num_batches: categories of the batch covariate (set by ``train``).
+    :param str dispersion: inverse dispersion of ``negative_binomial`` / ``zinb``
+        per feature (``"gene"``) or per feature and batch (``"gene-batch"``).
     """
 
     def __init__(
@@ -51,19 +59,25 @@ class TVSC(nn.Module):
         hidden_dims=(256,),
         beta=1.0,
         decoder="mlp",
-        dictionary_penalty=1e-3,
+        dictionary_penalty=1e-4,
         noise_variance=None,
         latent_prior=None,
+        covariate_dim=0,
+        num_batches=1,
+        dispersion="gene",
     ):
         super().__init__()
         if decoder not in ("mlp", "linear", "conv"):
             raise ValueError(f"decoder must be 'mlp', 'linear' or 'conv', got {decoder!r}")
+        if covariate_dim and decoder != "mlp":
+            raise ValueError(f"covariates enter the MLP generator only, not decoder={decoder!r}")
         noise_variance = 0.5 if noise_variance is None else noise_variance
         for name, value in [("beta", beta), ("noise_variance", noise_variance)]:
             if not value > 0:
                 raise ValueError(f"{name} must be positive, got {value}")
         self.num_features, self.latent_dim = num_features, latent_dim
-        self.likelihood = check_likelihood(likelihood)
+        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion)
+        self.likelihood = self.observation.likelihood
         self.hidden_dims = tuple(hidden_dims)
         self.beta = float(beta)
         self.decoder_kind, self.dictionary_penalty = decoder, float(dictionary_penalty)
@@ -71,7 +85,7 @@ class TVSC(nn.Module):
         # The linear generator's A is a global site; the MLP and conv ones are networks.
         self.decoder = self.linear_generator = None
         if decoder == "mlp":
-            self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
+            self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims, covariate_dim)
         elif decoder == "conv":
             self.decoder = ConvDecoder28(num_features, latent_dim)
         else:
@@ -93,18 +107,19 @@ class TVSC(nn.Module):
             return {}
         return self.linear_generator.point_estimate_sites()
 
-    def generator_output(self, z, dictionary=None):
+    def generator_output(self, z, dictionary=None, covariates=None):
         if self.decoder_kind == "linear":
             return self.linear_generator(dictionary, z)
-        return self.decoder(z)
+        return self.decoder(z, covariates) if self.decoder_kind == "mlp" else self.decoder(z)
 
-    def forward(self, x, num_data=None):
+    def forward(self, x, num_data=None, covariates=None, library=None):
         dictionary = None
         if self.decoder_kind == "linear":
             dictionary = self.linear_generator.sample_dictionary(x, num_data)
         self.latent_prior.sample_globals(x)
         with data_plate(x, num_data):
             z = self.latent_prior.sample(x, self.beta)
-            output = self.generator_output(z, dictionary)
+            output = self.generator_output(z, dictionary, covariates)
             variance = x.new_full((self.num_features,), self.noise_variance)
-            pyro.sample("x", observation(self.likelihood, output, variance), obs=x)
+            log_library = self.observation.log_library(x, library) if self.observation.counts else None
+            pyro.sample("x", self.observation(output, variance, log_library, covariates), obs=x)

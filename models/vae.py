@@ -3,8 +3,7 @@
 import pyro
 from torch import nn
 
-from pyro_sparse.distributions.likelihoods import check_likelihood, observation
-from pyro_sparse.nn import DenseDecoder, HeteroscedasticDecoder
+from pyro_sparse.nn import DenseDecoder, HeteroscedasticDecoder, ObservationModel
 from pyro_sparse.plates import data_plate
 from pyro_sparse.priors import (
     DEFAULT_NOISE_NU,
@@ -27,6 +26,12 @@ class VAE(nn.Module):
     data point instead, as the VSC paper's likelihood, so VSC and VAE can be
     compared on that one.  As there, the guide must
     scale its z site by the same β (``AmortizedNormalGuide(kl_weight=beta)``).
+
+    ``covariate_dim`` and ``num_batches`` (set by ``train`` from the data's
+    covariates) append covariates to the decoder's input; ``dispersion``
+    (``"gene"`` or ``"gene-batch"``) sets the inverse dispersions of the
+    ``negative_binomial`` and ``zinb`` likelihoods (see
+    :class:`~pyro_sparse.nn.ObservationModel`).
     """
 
     def __init__(
@@ -41,12 +46,16 @@ class VAE(nn.Module):
         noise_xi=1.0,
         min_noise_variance=1e-3,
         latent_prior=None,
+        covariate_dim=0,
+        num_batches=1,
+        dispersion="gene",
     ):
         super().__init__()
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
         self.num_features, self.latent_dim = num_features, latent_dim
-        self.likelihood = check_likelihood(likelihood)
+        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion)
+        self.likelihood = self.observation.likelihood
         if noise not in ("global", "heteroscedastic"):
             raise ValueError(f"noise must be 'global' or 'heteroscedastic', got {noise!r}")
         self.heteroscedastic = likelihood == "gaussian" and noise == "heteroscedastic"
@@ -54,9 +63,10 @@ class VAE(nn.Module):
         self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         if self.heteroscedastic:
-            self.decoder = HeteroscedasticDecoder(num_features, latent_dim, hidden_dims, min_noise_variance)
+            self.decoder = HeteroscedasticDecoder(num_features, latent_dim, hidden_dims, min_noise_variance,
+                                                  covariate_dim)
         else:
-            self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
+            self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims, covariate_dim)
         self.site_priors = nn.ModuleDict()
         self.latent_prior = NormalPrior(latent_dim) if latent_prior is None else latent_prior
 
@@ -76,7 +86,7 @@ class VAE(nn.Module):
             return {}
         return {"sigma2": initial_noise_variance(feature_variances)}
 
-    def forward(self, x, num_data=None):
+    def forward(self, x, num_data=None, covariates=None, library=None):
         noise_variance = None
         if self.likelihood == "gaussian" and not self.heteroscedastic:
             noise_variance = sample_noise_variance(self.num_features, self.noise_nu, self.noise_xi, x)
@@ -84,7 +94,8 @@ class VAE(nn.Module):
         with data_plate(x, num_data):
             z = self.latent_prior.sample(x, self.beta)
             if self.heteroscedastic:
-                loc, noise_variance = self.decoder(z)
+                loc, noise_variance = self.decoder(z, covariates)
             else:
-                loc = self.decoder(z)
-            pyro.sample("x", observation(self.likelihood, loc, noise_variance), obs=x)
+                loc = self.decoder(z, covariates)
+            log_library = self.observation.log_library(x, library) if self.observation.counts else None
+            pyro.sample("x", self.observation(loc, noise_variance, log_library, covariates), obs=x)

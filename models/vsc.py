@@ -3,8 +3,7 @@
 import pyro
 from torch import nn
 
-from pyro_sparse.distributions.likelihoods import check_likelihood, observation
-from pyro_sparse.nn import ConvDecoder28, DenseDecoder, HeteroscedasticDecoder
+from pyro_sparse.nn import ConvDecoder28, DenseDecoder, HeteroscedasticDecoder, ObservationModel
 from pyro_sparse.plates import data_plate
 from pyro_sparse.priors import LinearGenerator, SpikeSlabPrior, fixed_noise_variance
 
@@ -55,6 +54,11 @@ class VSC(nn.Module):
         unless given (the MLP decoder learns its variances instead).
     :param latent_prior: a :class:`~pyro_sparse.priors.LatentPrior`;
         ``None`` for SpikeSlabPrior(α = 0.01).
+    :param int covariate_dim: C, covariates appended to the MLP generator's
+        input (set by ``train``; the linear and conv generators take none).
+    :param int num_batches: categories of the batch covariate (set by ``train``).
+    :param str dispersion: inverse dispersion of ``negative_binomial`` / ``zinb``
+        per feature (``"gene"``) or per feature and batch (``"gene-batch"``).
     """
 
     def __init__(
@@ -69,17 +73,23 @@ class VSC(nn.Module):
         dictionary_penalty=1e-3,
         noise_variance=None,
         latent_prior=None,
+        covariate_dim=0,
+        num_batches=1,
+        dispersion="gene",
     ):
         super().__init__()
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
         if decoder not in ("mlp", "linear", "conv"):
             raise ValueError(f"decoder must be 'mlp', 'linear' or 'conv', got {decoder!r}")
+        if covariate_dim and decoder != "mlp":
+            raise ValueError(f"covariates enter the MLP generator only, not decoder={decoder!r}")
         noise_variance = 0.5 if noise_variance is None else float(noise_variance)
         if not noise_variance > 0:
             raise ValueError(f"noise_variance must be positive, got {noise_variance}")
         self.num_features, self.latent_dim = num_features, latent_dim
-        self.likelihood = check_likelihood(likelihood)
+        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion)
+        self.likelihood = self.observation.likelihood
         self.hidden_dims = tuple(hidden_dims)
         self.beta = float(beta)
         self.decoder_kind, self.noise_variance = decoder, noise_variance
@@ -89,9 +99,10 @@ class VSC(nn.Module):
         elif decoder == "conv":
             self.decoder = ConvDecoder28(num_features, latent_dim)
         elif self.likelihood == "gaussian":
-            self.decoder = HeteroscedasticDecoder(num_features, latent_dim, hidden_dims, min_noise_variance)
+            self.decoder = HeteroscedasticDecoder(num_features, latent_dim, hidden_dims, min_noise_variance,
+                                                  covariate_dim)
         else:
-            self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims)
+            self.decoder = DenseDecoder(num_features, latent_dim, hidden_dims, covariate_dim)
         self.site_priors = nn.ModuleDict()
         self.latent_prior = SpikeSlabPrior(latent_dim) if latent_prior is None else latent_prior
 
@@ -109,7 +120,7 @@ class VSC(nn.Module):
             return self.linear_generator.point_estimate_sites()
         return {}
 
-    def forward(self, x, num_data=None):
+    def forward(self, x, num_data=None, covariates=None, library=None):
         dictionary = None
         if self.decoder_kind == "linear":
             dictionary = self.linear_generator.sample_dictionary(x, num_data)
@@ -117,8 +128,12 @@ class VSC(nn.Module):
         with data_plate(x, num_data):
             z = self.latent_prior.sample(x, self.beta)
             if self.decoder_kind == "mlp" and self.likelihood == "gaussian":
-                output, variance = self.decoder(z)
+                output, variance = self.decoder(z, covariates)
             else:
-                output = self.linear_generator(dictionary, z) if self.decoder_kind == "linear" else self.decoder(z)
+                if self.decoder_kind == "linear":
+                    output = self.linear_generator(dictionary, z)
+                else:
+                    output = self.decoder(z, covariates) if self.decoder_kind == "mlp" else self.decoder(z)
                 variance = x.new_full((self.num_features,), self.noise_variance)
-            pyro.sample("x", observation(self.likelihood, output, variance), obs=x)
+            log_library = self.observation.log_library(x, library) if self.observation.counts else None
+            pyro.sample("x", self.observation(output, variance, log_library, covariates), obs=x)

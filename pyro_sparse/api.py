@@ -1,7 +1,9 @@
 """``train`` and ``load``: the user-facing entry points."""
 
+import warnings
+
 from pyro_sparse import registry
-from pyro_sparse.data import DataError, Dataset
+from pyro_sparse.data import DataError
 from pyro_sparse.distributions.likelihoods import check_likelihood
 from pyro_sparse.infer.config import TrainingSettings, is_count
 from pyro_sparse.io import anndata as anndata_io
@@ -9,8 +11,8 @@ from pyro_sparse.io import serialization
 
 
 def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", max_epochs=200, batch_size=100,
-          lr=0.01, seed=0, device="auto", progress=True, layer=None, optimization=None, schedule=None,
-          checkpointing=None, hardware=None, **hyperparameters):
+          lr=0.01, seed=0, device="auto", progress=True, layer=None, batch_key=None, optimization=None,
+          schedule=None, checkpointing=None, hardware=None, **hyperparameters):
     """
     Fit a registered model (``pyro_sparse.MODELS``) to ``data`` and return
     its fitted object (:class:`~pyro_sparse.fitted.FittedModel`).
@@ -21,7 +23,9 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
         scipy.sparse matrix (densified one minibatch at a time) or AnnData
         (``adata.X``, or ``adata.layers[layer]``; its ``var_names`` are kept).
     :param int latent_dim: K.
-    :param str likelihood: ``"gaussian"``, ``"multinomial"`` (counts) or ``"bernoulli"`` (0/1).
+    :param str likelihood: ``"gaussian"``; for counts ``"negative_binomial"``,
+        ``"zinb"``, ``"poisson"`` (the library size as an offset) or ``"multinomial"``;
+        ``"bernoulli"`` (0/1).
     :param int max_epochs: passes over the data.
     :param int batch_size: data points per step.
     :param float lr: Adam learning rate.
@@ -29,7 +33,9 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
         data, settings and seed give the same fit on the same machine.
     :param device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"``, ``"cuda:<i>"``.
     :param bool progress: show a progress bar.
-    :param str layer: the AnnData layer to fit.
+    :param str layer: the AnnData layer to fit (overrides :func:`~pyro_sparse.io.anndata.setup_anndata`'s).
+    :param str batch_key: an ``adata.obs`` column of batches, a covariate of encoder and decoder, not a factor
+        (overrides the registration's; further covariates and library sizes: ``setup_anndata``).
     :param optimization: an :class:`~pyro_sparse.infer.config.Optimization` (global learning rate,
         decay, particles per step).
     :param schedule: a :class:`~pyro_sparse.infer.config.Schedule` (KL warm-up, validation, early stopping).
@@ -55,8 +61,13 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
                                            ("checkpointing", checkpointing), ("hardware", hardware)]
            if value is not None},
     )
-    matrix, feature_names = anndata_io.training_data(data, layer)
-    dataset = Dataset.from_data(matrix, likelihood, feature_names, layer=layer)
+    dataset = anndata_io.training_dataset(data, likelihood, layer, batch_key)
+    if likelihood == "gaussian" and dataset.looks_like_counts():
+        warnings.warn(
+            "the data look like raw counts (non-negative integers): the gaussian likelihood treats them as real "
+            "values; for counts use likelihood='negative_binomial' (or 'zinb', 'poisson', 'multinomial')",
+            stacklevel=2,
+        )
     return entry.fit(model, dataset, int(latent_dim), settings, hyperparameters)
 
 

@@ -12,6 +12,7 @@ from pyro_sparse.data import (
     check_values,
     feature_names_of,
 )
+from pyro_sparse.data.covariates import CovariateSpec
 from pyro_sparse.infer.config import is_count
 from pyro_sparse.infer.importance import expected_observation, importance_log_likelihood
 from pyro_sparse.io import anndata as anndata_io
@@ -25,14 +26,18 @@ def evaluation_data(X, config):
     an AnnData's training layer, named features in the training order, the
     training feature count and values the likelihood accepts.
     """
+    covariates = library = None
     if anndata_io.is_anndata(X):
-        X = anndata_io.evaluation_data(X, config)
+        X, covariates, library = anndata_io.evaluation_data(X, config)
+    elif config.get("covariates"):
+        raise DataError("the model was trained with covariates from adata.obs: give it an AnnData with those columns")
     check_feature_names(feature_names_of(X), config.get("feature_names"))
     matrix = as_matrix(X, name="X")
     if matrix.shape[1] != config["num_features"]:
         raise DataError(f"X has {matrix.shape[1]} features but the model was trained on {config['num_features']}")
     check_values(matrix, config["likelihood"], name="X")
-    return Dataset(matrix, config["likelihood"], config.get("feature_names"), config.get("layer"))
+    return Dataset(matrix, config["likelihood"], config.get("feature_names"), config.get("layer"), covariates,
+                   library)
 
 
 def top_features(W, k=5, names=None):
@@ -70,10 +75,14 @@ class FittedModel:
         return self.config["num_features"]
 
     def _batches(self, X, batch_size=1024):
+        """The :class:`~pyro_sparse.data.dataset.Batch` objects of new data, checked against the training data."""
         data = evaluation_data(X, self.config)
         if self.config["likelihood"] == "gaussian":
             check_units(data.matrix, self.guide.input_affine.loc.cpu(), self.guide.input_affine.scale.cpu())
         return data.minibatches(batch_size, device=self.device, shuffle=False)
+
+    def _posterior(self, batch):
+        return self.guide.posterior(batch.x, batch.covariates)
 
     @torch.no_grad()
     def transform(self, X, kind="mode"):
@@ -89,7 +98,7 @@ class FittedModel:
         if kind not in ("mode", "mean"):
             raise ValueError(f"kind must be 'mode' or 'mean', got {kind!r}")
         codes = np.concatenate(
-            [getattr(self.guide.posterior(x), kind).cpu().numpy() for x in self._batches(X)]
+            [getattr(self._posterior(batch), kind).cpu().numpy() for batch in self._batches(X)]
         )
         inactive = np.setdiff1d(np.arange(codes.shape[1]), self.active_factors_)
         codes[:, inactive] = 0.0
@@ -107,8 +116,8 @@ class FittedModel:
         W = np.abs(self.W_)
         return np.flatnonzero(W.sum(0) > 0 if W.ndim == 2 else W.sum((0, 2)) > 0)
 
-    def _gates(self, x):
-        posterior = self.guide.posterior(x).base_dist
+    def _gates(self, batch):
+        posterior = self._posterior(batch).base_dist
         if not hasattr(posterior, "gate"):
             raise AttributeError(f"model {self.config['model']!r} has no spike-and-slab codes")
         return posterior.gate
@@ -116,7 +125,7 @@ class FittedModel:
     @torch.no_grad()
     def spike_probabilities(self, X):
         """For spike-and-slab codes, the probability γ_ij that code j of x_i is non-zero, (N, K)."""
-        return np.concatenate([self._gates(x).cpu().numpy() for x in self._batches(X)])
+        return np.concatenate([self._gates(batch).cpu().numpy() for batch in self._batches(X)])
 
     @torch.no_grad()
     def conditional_samples(self, X, num_samples=1):
@@ -127,10 +136,11 @@ class FittedModel:
         to E[x | z].  Shape (num_samples, N, G).
         """
         samples = []
-        for x in self._batches(X):
-            active = self._gates(x) > 0.5
+        for batch in self._batches(X):
+            active = self._gates(batch) > 0.5
             draws = [
-                expected_observation(self.model, self.guide, x, torch.randn_like(active, dtype=x.dtype) * active)
+                expected_observation(self.model, self.guide, batch.x, torch.randn_like(active, dtype=batch.x.dtype)
+                                     * active, **batch.kwargs)
                 for _ in range(num_samples)
             ]
             samples.append(torch.stack(draws).cpu().numpy())
@@ -140,14 +150,67 @@ class FittedModel:
     def sample_posterior(self, X, num_samples=1):
         """Draws z ~ q(z | x), shape (num_samples, N, K)."""
         return np.concatenate(
-            [self.guide.posterior(x).sample((num_samples,)).cpu().numpy() for x in self._batches(X)], axis=1
+            [self._posterior(batch).sample((num_samples,)).cpu().numpy() for batch in self._batches(X)], axis=1
         )
 
     def reconstruct(self, X):
-        """E[x | z = E_q[z | x]]: means (gaussian), probabilities (bernoulli, multinomial)."""
-        return np.concatenate(
-            [expected_observation(self.model, self.guide, x).cpu().numpy() for x in self._batches(X)]
-        )
+        """
+        E[x | z = E_q[z | x]]: means (gaussian; expected counts for the count
+        likelihoods, at each row's library size), probabilities (bernoulli, multinomial).
+        """
+        return np.concatenate([
+            expected_observation(self.model, self.guide, batch.x, **batch.kwargs).cpu().numpy()
+            for batch in self._batches(X)
+        ])
+
+    def get_latent_representation(self, X, kind="mean"):
+        """scvi-tools' name for :meth:`transform`, posterior means by default: the codes of X, (N, K)."""
+        return self.transform(X, kind=kind)
+
+    @torch.no_grad()
+    def get_normalized_expression(self, X, batch=None, library_size=1.0):
+        """
+        Denoised expression of X, (N, G): for the count likelihoods the decoder's
+        proportions at E_q[z | x] scaled to ``library_size`` per cell (1: they sum
+        to 1), else E[x | z] as :meth:`reconstruct`.  ``batch`` decodes every
+        cell as if it came from that batch (counterfactual, batch effect
+        removed); it needs a model trained with a ``batch_key``.
+        """
+        spec = CovariateSpec.from_config(self.config.get("covariates"))
+        if batch is not None and spec is None:
+            raise ValueError("batch= needs a model trained with a batch_key")
+        counts = self.model.observation.counts
+        pieces = []
+        for piece in self._batches(X):
+            kwargs = dict(piece.kwargs)
+            if batch is not None:
+                kwargs["covariates"] = spec.with_batch(piece.covariates, batch)
+            if counts:
+                kwargs["library"] = piece.x.new_ones(piece.x.shape[0])  # the decoder's rates without the offset
+            mean = expected_observation(self.model, self.guide, piece.x, **kwargs)
+            pieces.append((mean / mean.sum(-1, keepdim=True) * library_size if counts else mean).cpu().numpy())
+        return np.concatenate(pieces)
+
+    def loadings(self, names=None):
+        """
+        The decoder mask as a table (pandas DataFrame), one row per non-zero
+        entry: ``feature`` (gene), ``factor``, ``weight`` W_jk and, for the SSL
+        prior, ``inclusion_probability`` E[γ_jk]; sorted by factor, then |W_jk|.
+        """
+        import pandas as pd  # only this method needs pandas
+
+        W = self.W_
+        if W.ndim != 2:
+            raise AttributeError(f"model {self.config['model']!r} has no features x factors mask")
+        names = np.asarray(names if names is not None else self.config.get("feature_names") or range(W.shape[0]))
+        rows, factors = np.nonzero(W)
+        table = pd.DataFrame({"feature": names[rows], "factor": factors, "weight": W[rows, factors]})
+        try:
+            table["inclusion_probability"] = self.inclusion_probs_[rows, factors]
+        except AttributeError:
+            pass
+        order = np.lexsort((-np.abs(table["weight"].to_numpy()), table["factor"].to_numpy()))
+        return table.iloc[order].reset_index(drop=True)
 
     def heldout_log_likelihood(self, X, num_samples=100):
         """Importance-weighted estimate of log p(x_i) per data point (Burda et al. 2016)."""
@@ -155,8 +218,8 @@ class FittedModel:
             raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
         return np.concatenate(
             [
-                importance_log_likelihood(self.model, self.guide, x, num_samples).cpu().numpy()
-                for x in self._batches(X, batch_size=256)
+                importance_log_likelihood(self.model, self.guide, batch.x, num_samples, **batch.kwargs).cpu().numpy()
+                for batch in self._batches(X, batch_size=256)
             ]
         )
 

@@ -26,6 +26,8 @@ from pyro.infer import TraceMeanField_ELBO
 from torch.distributions import Distribution
 
 from pyro_sparse.data import DataSummary, check_training_data
+from pyro_sparse.data.covariates import CovariateSpec
+from pyro_sparse.distributions.likelihoods import COUNT_LIKELIHOODS
 from pyro_sparse.fitted import FittedModel
 from pyro_sparse.guides import GUIDE_FAMILIES, GUIDES
 from pyro_sparse.infer import checkpoints, distributed
@@ -42,7 +44,7 @@ PRIOR_ARGUMENTS = ("latent_prior", "mask_prior")
 # Constructor arguments that the assembly supplies itself rather than the user.
 _SUPPLIED = {
     "self", "num_features", "latent_dim", "likelihood", "hidden_dims", "point_estimates", "log1p_input",
-    "kl_weight", "network", *PRIOR_ARGUMENTS,
+    "kl_weight", "network", "covariate_dim", "num_batches", *PRIOR_ARGUMENTS,
     # what a latent prior shares with its guide (LatentPrior.guide_options)
     "base", "threshold", "learn_threshold", "threshold_kl_weight",
 }
@@ -183,11 +185,14 @@ class SVIModel:
 
     # ------------------------------------------------------------ assembly
 
-    def build(self, summary, latent_dim, likelihood, hyper):
+    def build(self, summary, latent_dim, likelihood, hyper, covariates=None):
         """
-        Model, guide and ELBO for resolved hyperparameters (see :meth:`resolve`)
-        and the training data's :class:`~pyro_sparse.data.DataSummary`.
+        Model, guide and ELBO for resolved hyperparameters (see :meth:`resolve`),
+        the training data's :class:`~pyro_sparse.data.DataSummary` and its
+        :class:`~pyro_sparse.data.covariates.CovariateSpec` (``None``: no covariates).
         """
+        layout = {"covariate_dim": 0, "num_batches": 1} if covariates is None else {
+            "covariate_dim": covariates.width, "num_batches": covariates.num_batches}
         num_features = summary.num_features
         latent_prior = build_latent_prior(hyper.get("latent_prior", self.latent_prior), num_features, latent_dim,
                                           hyper)
@@ -197,16 +202,18 @@ class SVIModel:
             priors["mask_prior"] = build_mask_prior(mask_prior, num_features, latent_dim, hyper)
         model_parameters = _parameters(self.model)
         model = self.model(
-            num_features, latent_dim=latent_dim, likelihood=likelihood, **priors,
+            num_features, latent_dim=latent_dim, likelihood=likelihood, **priors, **layout,
             **{k: v for k, v in hyper.items() if k in model_parameters and k not in PRIOR_ARGUMENTS},
         )
-        guide = self._guide(model, latent_prior, summary, likelihood, hyper)
+        guide = self._guide(model, latent_prior, summary, likelihood, hyper, layout["covariate_dim"])
         latent_prior.attach_guide(guide)
         if likelihood == "gaussian":
             _standardise(model, guide, summary)
+        elif likelihood in COUNT_LIKELIHOODS:
+            _start_at_mean_proportions(model, summary)
         return model, guide, self.elbo()
 
-    def _guide(self, model, latent_prior, summary, likelihood, hyper):
+    def _guide(self, model, latent_prior, summary, likelihood, hyper, covariate_dim):
         family = guide_family(latent_prior)
         guide_class = GUIDES[family]
         guide_parameters = _parameters(guide_class)
@@ -222,7 +229,8 @@ class SVIModel:
             hidden_dims=model.hidden_dims,
             point_estimates={**model.point_estimate_sites(summary.feature_variances),
                              **latent_prior.point_estimate_sites()},
-            log1p_input=likelihood == "multinomial",
+            log1p_input=likelihood == "multinomial" or likelihood in COUNT_LIKELIHOODS,
+            covariate_dim=covariate_dim,
             **model.guide_options(),
             **latent_prior.guide_options(),
             **{
@@ -239,7 +247,8 @@ class SVIModel:
             np.asarray(config["feature_means"]), np.asarray(config["feature_variances"]),
         )
         hyper = {**config["hyperparameters"], **(custom_priors or {})}
-        model, guide, elbo = self.build(summary, config["latent_dim"], config["likelihood"], hyper)
+        covariates = CovariateSpec.from_config(config.get("covariates"))
+        model, guide, elbo = self.build(summary, config["latent_dim"], config["likelihood"], hyper, covariates)
         # Files written before the precision setting existed were trained in float32.
         set_decoder_precision(model, config["training"].get("precision", "fp32"))
         return model.to(device), guide.to(device), elbo
@@ -277,6 +286,8 @@ class SVIModel:
             "feature_variances": summary.feature_variances.tolist(),
             "feature_names": dataset.feature_names,
             "layer": dataset.layer,
+            "registration": getattr(dataset, "registration", None),
+            "covariates": None if dataset.spec is None else dataset.spec.to_config(),
             "hyperparameters": {
                 k: _custom_label(v) if k in custom_priors else _jsonable(v) for k, v in hyper.items()
             },
@@ -298,6 +309,12 @@ class SVIModel:
                 f"latent_dim={K} exceeds the {G} features: {name!r} has dense Gaussian codes and cannot use more "
                 f"than {G} dimensions (the rest collapse to the prior and cost time); lower latent_dim, or use "
                 "sparse codes (e.g. latent_prior='spike_slab')",
+                stacklevel=4,
+            )
+        if getattr(model, "linear_generator", None) is not None and K > train_data.num_data:
+            warnings.warn(
+                f"a dictionary of latent_dim={K} atoms is larger than the {train_data.num_data} training points "
+                "can support (an atom is learned from the points that use it); use more data or fewer atoms",
                 stacklevel=4,
             )
         check_schedule = getattr(model, "check_schedule", None)
@@ -390,6 +407,17 @@ def _standardise(model, guide, summary):
         output_affine.set(summary.feature_means, scale)
 
 
+def _start_at_mean_proportions(model, summary):
+    """Count decoders give log proportions: start them at each feature's share of the mean library."""
+    output_affine = getattr(getattr(model, "decoder", None), "output_affine", None)
+    if output_affine is None:
+        return
+    means = np.asarray(summary.feature_means, dtype=np.float64)
+    floor = means[means > 0].min() / 10 if np.any(means > 0) else 1.0
+    proportions = np.maximum(means, floor) / means.sum() if means.sum() > 0 else np.full_like(means, 1 / len(means))
+    output_affine.set(np.log(proportions), np.ones_like(means))
+
+
 def _warn_batch_size(batch_size, num_data):
     if batch_size > num_data:
         warnings.warn(
@@ -401,10 +429,10 @@ def _warn_batch_size(batch_size, num_data):
 
 def _log_kl_terms(model, guide, data, device):
     """Say, once per fit, how each local latent's KL term is computed (closed form or Monte Carlo)."""
-    x = next(iter(data.minibatches(2, device=device, shuffle=False)))
+    batch = next(iter(data.minibatches(2, device=device, shuffle=False)))
     # A trace draws random numbers; the fit must not depend on whether it ran.
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        terms = kl_terms(model, guide, x)
+        terms = kl_terms(model, guide, batch.x, **batch.kwargs)
     for term in terms:
         logger.info(term.describe())
         if not term.closed_form and getattr(guide, "spike_estimator", None) == "relaxed":

@@ -122,7 +122,7 @@ def test_bad_arguments_are_named(data):
     with pytest.raises(ValueError, match="unknown model 'nope'"):
         pyro_sparse.train("nope", data.X)
     with pytest.raises(ValueError, match="unknown likelihood"):
-        pyro_sparse.train("ssl_dgm", data.X, likelihood="poisson")
+        pyro_sparse.train("ssl_dgm", data.X, likelihood="gamma")
     with pytest.raises(TypeError, match=r"no option\(s\) \['lamda0'\]"):
         pyro_sparse.train("ssl_dgm", data.X, lamda0=3.0, **QUICK)
     with pytest.raises(ValueError, match="latent_dim"):

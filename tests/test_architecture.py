@@ -22,9 +22,11 @@ RANKS = {
     "pyro_sparse.version": 0,
     "pyro_sparse.plates": 1,
     "pyro_sparse.distributions": 1,
-    "pyro_sparse.nn": 1,
+    "pyro_sparse.nn": 2,
     "pyro_sparse.data": 1,
     "pyro_sparse.io.serialization": 1,
+    # FISTA is a numerical routine (numpy/torch only) that the dictionary diagnostics use.
+    "pyro_sparse.baselines.fista": 1,
     "pyro_sparse.io.anndata": 2,
     "pyro_sparse.priors": 2,
     "pyro_sparse.models": 3,

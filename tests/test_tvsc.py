@@ -5,10 +5,12 @@ import pyro
 import pytest
 import torch
 from pyro import poutine
+from torch.distributions import Bernoulli
 
 import pyro_sparse
 from pyro_sparse import Optimization
 from pyro_sparse.data.images import load_digits_images
+from pyro_sparse.distributions.thresholded import thresholded_laplace_kl
 from pyro_sparse.guides import ThresholdedGuide
 
 QUICK = dict(latent_dim=8, max_epochs=3, batch_size=100, lr=1e-3, hidden_dims=(32,), progress=False)
@@ -26,7 +28,9 @@ def digits():
         dict(latent_prior="thresholded_normal"),
         dict(learn_threshold=True),
         dict(decoder="linear"),
-        dict(straight_through=False),
+        dict(estimator="subgradient"),
+        dict(estimator="straight_through", kl="base"),  # the paper's Eq. 4-5
+        dict(amortized_threshold=False, kl="exact"),
     ],
 )
 def test_variants_train_and_give_exactly_sparse_codes(digits, options):
@@ -47,18 +51,32 @@ def test_laplace_gate_is_prop_3_1(digits):
     np.testing.assert_allclose(fitted.spike_probabilities(digits[:30]), expected.detach().numpy(), rtol=1e-5)
 
 
-def test_z_kl_is_the_base_kl_weighted_by_beta(digits):
-    fitted = pyro_sparse.train("tvsc", digits, beta=0.3, **QUICK)
+@pytest.mark.parametrize("kl", ["exact", "augmented", "base"])
+def test_z_kl_is_the_chosen_kl_weighted_by_beta(digits, kl):
+    fitted = pyro_sparse.train("tvsc", digits, beta=0.3, kl=kl, **QUICK)
     x = torch.as_tensor(digits[:10])
     torch.manual_seed(0)
     guide_trace = poutine.trace(fitted.guide).get_trace(x)
     model_trace = poutine.trace(poutine.replay(fitted.model, trace=guide_trace)).get_trace(x)
     q, p = guide_trace.nodes["z"]["fn"].base_dist, model_trace.nodes["z"]["fn"].base_dist
-    base_kl = torch.distributions.kl_divergence(q.base_dist, p.base_dist).sum(-1)
+    exact = thresholded_laplace_kl(q, p)
+    base = torch.distributions.kl_divergence(q.base_dist, p.base_dist)
+    gates = torch.distributions.kl_divergence(Bernoulli(q.gate), Bernoulli(p.gate))
+    expected = {"exact": exact, "augmented": base + gates, "base": base}[kl].sum()
+    # The paper's base KL ignores thresholds, so it comes with the prior's λ0 in q too.
+    assert fitted.guide.amortized_threshold is (kl != "base")
     torch.manual_seed(0)
     loss = pyro.infer.TraceMeanField_ELBO().differentiable_loss(fitted.model, fitted.guide, x)
     loglik = model_trace.nodes["x"]["fn"].log_prob(x).sum()
-    torch.testing.assert_close(loss, 0.3 * base_kl.sum() - loglik, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(loss, 0.3 * expected - loglik, rtol=1e-4, atol=1e-3)
+
+
+def test_amortised_gate_starts_open_at_the_prior_scale(digits):
+    guide = ThresholdedGuide(64, 8, hidden_dims=(16,), amortized_threshold=True, prior_scale=0.05)
+    guide.input_affine.set(digits.mean(0), digits.std(0) + 1)
+    posterior = guide.posterior(torch.as_tensor(digits[:200])).base_dist
+    assert 0.8 < posterior.gate.mean() < 0.95  # sigmoid(2) = 0.88
+    assert 0.03 < posterior.scale.median() < 0.08
 
 
 def test_learned_threshold_has_the_gamma_prior_and_its_own_weight(digits):
@@ -74,7 +92,9 @@ def test_learned_threshold_has_the_gamma_prior_and_its_own_weight(digits):
 
 def test_laplace_scale_warmup():
     guide = ThresholdedGuide(5, 3, hidden_dims=(4,))
-    assert guide.scale_warmup.item() == 1.0
+    guide.schedule(0.0, 0)
+    assert guide.scale_warmup.item() == 1.0  # off by default
+    guide = ThresholdedGuide(5, 3, hidden_dims=(4,), scale_warmup_start=0.1)
     for iteration, expected in [(0, 0.1), (1000, 0.3), (10_000, 1.0)]:
         guide.schedule(0.0, iteration)
         assert guide.scale_warmup.item() == pytest.approx(expected)
@@ -117,6 +137,14 @@ def test_bad_tvsc_settings_are_named(digits):
         (dict(decoder="conv"), "28x28 images"),
         (dict(decoder="transformer"), "decoder"),
         (dict(threshold=0.0), "threshold"),
+        (dict(threshold=float("nan")), "threshold"),
+        (dict(prior_scale=-0.1), "prior_scale"),
+        (dict(learn_threshold=True, threshold_concentration=0.0), "threshold_concentration"),
+        (dict(learn_threshold=True, threshold_beta=-1.0), "threshold_beta"),
+        (dict(latent_prior="thresholded_normal", kl="augmented"), "kl"),
+        (dict(kl="base", amortized_threshold=True), "amortised threshold"),
+        (dict(learn_threshold=True, amortized_threshold=True), "exclude each other"),
+        (dict(estimator="gumbel"), "estimator"),
     ]:
         with pytest.raises(ValueError, match=message):
             pyro_sparse.train("tvsc", digits, **QUICK, **options)
@@ -142,3 +170,8 @@ def test_no_threshold_gives_the_plain_base_priors(digits, prior, family):
     assert np.isfinite(fitted.heldout_log_likelihood(digits[:10], 4)).all()
     with pytest.raises(ValueError, match="learn_threshold"):
         pyro_sparse.train("tvsc", digits, threshold=None, learn_threshold=True, **QUICK)
+
+
+def test_dictionary_larger_than_the_data_warns(digits):
+    with pytest.warns(UserWarning, match="larger than the 50 training points"):
+        pyro_sparse.train("tvsc", digits[:50], decoder="linear", **{**QUICK, "latent_dim": 64})

@@ -2,6 +2,7 @@
 
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,6 +31,24 @@ class DataSummary:
         return cls(matrix.shape[0], matrix.shape[1], mean, np.maximum(variance, 0.0))
 
 
+class Batch(NamedTuple):
+    """
+    One minibatch: the (B, G) values ``x``, and where the data have them the
+    (B, C) ``covariates`` and the (B,) observed library sizes ``library``.
+    Models and guides take ``x`` and the others as keywords (:attr:`kwargs`).
+    """
+
+    x: torch.Tensor
+    covariates: torch.Tensor = None
+    library: torch.Tensor = None
+
+    @property
+    def kwargs(self):
+        """The keyword arguments of a model or guide call: the covariates and library sizes the data have."""
+        return {name: value for name, value in (("covariates", self.covariates), ("library", self.library))
+                if value is not None}
+
+
 class Dataset:
     """
     An (N, G) data matrix checked for one likelihood: a CPU float32 tensor,
@@ -41,21 +60,34 @@ class Dataset:
     :param str likelihood: the observation model the values were checked for.
     :param list feature_names: one name per column, or ``None``.
     :param str layer: the AnnData layer the values came from (``None``: ``adata.X`` or not an AnnData).
+    :param covariates: (N, C) float32 tensor of covariates (see
+        :class:`~pyro_sparse.data.covariates.CovariateSpec`, given as ``spec``), or ``None``.
+    :param library: (N,) float32 tensor of observed library sizes (a
+        ``size_factor_key`` column), or ``None``: count models then use each
+        row's total count.
     """
 
-    def __init__(self, matrix, likelihood, feature_names=None, layer=None):
+    def __init__(self, matrix, likelihood, feature_names=None, layer=None, covariates=None, library=None,
+                 spec=None):
         self.matrix, self.likelihood, self.feature_names, self.layer = matrix, likelihood, feature_names, layer
+        self.covariates, self.library, self.spec = covariates, library, spec
 
     @classmethod
-    def from_data(cls, data, likelihood, feature_names=None, layer=None, name="data"):
+    def from_data(cls, data, likelihood, feature_names=None, layer=None, name="data", **annotations):
         """
         Validate ``data`` (array, tensor, DataFrame or scipy.sparse matrix)
         for ``likelihood``; names default to a DataFrame's string columns.
+        ``annotations``: ``covariates``, ``library`` and ``spec`` as for the constructor.
         """
         matrix = as_matrix(data, name)
         check_values(matrix, likelihood, name)
         names = feature_names_of(data) if feature_names is None else list(feature_names)
-        return cls(matrix, likelihood, names, layer)
+        return cls(matrix, likelihood, names, layer, **annotations)
+
+    def looks_like_counts(self):
+        """Whether every value is a non-negative integer and some exceed 1 (raw counts rather than measurements)."""
+        values = self.matrix.data if sp.issparse(self.matrix) else self.matrix.numpy()
+        return bool(values.size and values.min() >= 0 and values.max() > 1 and np.all(values == np.round(values)))
 
     @property
     def num_data(self):
@@ -71,13 +103,17 @@ class Dataset:
         return DataSummary.of(self.matrix)
 
     def rows(self, index, device="cpu"):
-        """Rows ``index`` (an integer array) as a dense float32 tensor on ``device``."""
+        """Rows ``index`` (an integer array) as a :class:`Batch` of dense float32 tensors on ``device``."""
         if sp.issparse(self.matrix):
-            return torch.as_tensor(self.matrix[index].toarray(), device=device)
-        return self.matrix[torch.as_tensor(index)].to(device)
+            x = torch.as_tensor(self.matrix[index].toarray(), device=device)
+        else:
+            x = self.matrix[torch.as_tensor(index)].to(device)
+        index = torch.as_tensor(index)
+        extra = [None if values is None else values[index].to(device) for values in (self.covariates, self.library)]
+        return Batch(x, *extra)
 
     def minibatches(self, batch_size, generator=None, device="cpu", shuffle=True):
-        """Dense minibatches of the rows, in an order drawn from ``generator`` (or in order)."""
+        """The rows as :class:`Batch` objects, in an order drawn from ``generator`` (or in order)."""
         order = torch.randperm(self.num_data, generator=generator) if shuffle else torch.arange(self.num_data)
         for start in range(0, self.num_data, batch_size):
             yield self.rows(order[start : start + batch_size].numpy(), device)
@@ -85,7 +121,9 @@ class Dataset:
     def subset(self, index):
         """The rows ``index`` (sorted integer array) as a new Dataset."""
         matrix = self.matrix[index] if sp.issparse(self.matrix) else self.matrix[torch.as_tensor(index)]
-        return Dataset(matrix, self.likelihood, self.feature_names, self.layer)
+        extra = [None if values is None else values[torch.as_tensor(index)]
+                 for values in (self.covariates, self.library)]
+        return Dataset(matrix, self.likelihood, self.feature_names, self.layer, *extra, spec=self.spec)
 
     def split(self, validation_fraction, generator):
         """(training, validation) rows drawn at random; validation is ``None`` for a fraction of 0."""

@@ -109,19 +109,26 @@ def check_feature_names(names, trained, name="X", selection=None):
     )
 
 
+# Likelihoods whose data are counts: every row needs at least one (its total scales the row).
+COUNT_DATA = ("multinomial", "poisson", "negative_binomial", "zinb")
+
+
 def check_values(matrix, likelihood, name="data"):
     """Reject values the likelihood gives no density to."""
     values = matrix.data if sp.issparse(matrix) else matrix.numpy()
-    if likelihood == "multinomial":
+    if likelihood in COUNT_DATA:
         if np.any(values < 0):
-            raise DataError(f"{name} has negative values; the multinomial likelihood needs counts >= 0")
+            raise DataError(f"{name} has negative values; the {likelihood} likelihood needs counts >= 0")
         if np.any(values != np.round(values)):
-            raise DataError(f"{name} has non-integer values; the multinomial likelihood needs integer counts")
+            raise DataError(
+                f"{name} has non-integer values; the {likelihood} likelihood needs integer counts "
+                "(raw counts, not normalised or log-transformed values)"
+            )
         row_totals = np.asarray(matrix.sum(1)).ravel()
         if np.any(row_totals == 0):
             raise DataError(
-                f"{name} has {int(np.sum(row_totals == 0))} rows with no counts; "
-                "the multinomial likelihood needs at least one count per row"
+                f"{name} has {int(np.sum(row_totals == 0))} rows with no counts; the {likelihood} likelihood "
+                "needs at least one count per row (drop empty cells, e.g. scanpy.pp.filter_cells(adata, min_counts=1))"
             )
     elif likelihood == "bernoulli" and not np.all((values == 0) | (values == 1)):
         raise DataError(f"{name} has values outside {{0, 1}}; the bernoulli likelihood needs binary data")

@@ -4,7 +4,9 @@ import numpy as np
 import pyro.distributions as dist
 import torch
 
-LIKELIHOODS = ("gaussian", "multinomial", "bernoulli")
+LIKELIHOODS = ("gaussian", "multinomial", "bernoulli", "poisson", "negative_binomial", "zinb")
+# Likelihoods of raw counts with the library size as an offset (see :func:`observation`).
+COUNT_LIKELIHOODS = ("poisson", "negative_binomial", "zinb")
 
 
 def check_likelihood(likelihood):
@@ -53,11 +55,33 @@ class InverseGamma(dist.InverseGamma):
         return a * b.log() - torch.lgamma(a) - (a + 1) * value.log() - b / value
 
 
-def observation(likelihood, output, noise_variance=None):
+def observation(likelihood, output, noise_variance=None, log_library=None, inverse_dispersion=None,
+                zero_logits=None):
+    r"""
+    The distribution of one data point's features given the decoder output,
+    with event shape ``(G,)``: means for ``gaussian``; logits for ``bernoulli``
+    and ``multinomial``; for the count likelihoods, log proportions f with the
+    cell's log library size ℓ as an offset (a GLM offset, as in scVI), so the
+    mean count is μ_ig = exp(ℓ_i + f_ig):
+
+    * ``poisson``: x_ig ~ Poisson(μ_ig);
+    * ``negative_binomial``: x_ig ~ NB(mean μ_ig, inverse dispersion θ_g),
+      variance μ + μ²/θ;
+    * ``zinb``: with probability sigmoid(``zero_logits``) an extra zero, else NB.
+
+    Each feature's term stands alone (no normaliser over features, unlike the
+    multinomial's softmax), so feature subsampling stays unbiased.
     """
-    The distribution of one data point's features given the decoder output
-    (means for ``gaussian``; logits otherwise), with event shape ``(G,)``.
-    """
+    if likelihood in COUNT_LIKELIHOODS:
+        log_mean = output + log_library.unsqueeze(-1)
+        if likelihood == "poisson":
+            return dist.Poisson(log_mean.exp()).to_event(1)
+        logits = log_mean - inverse_dispersion.log()
+        if likelihood == "negative_binomial":
+            return dist.NegativeBinomial(total_count=inverse_dispersion, logits=logits).to_event(1)
+        return dist.ZeroInflatedNegativeBinomial(
+            total_count=inverse_dispersion, logits=logits, gate_logits=zero_logits
+        ).to_event(1)
     if likelihood == "gaussian":
         return dist.Normal(output, noise_variance.sqrt()).to_event(1)
     if likelihood == "bernoulli":

@@ -41,15 +41,15 @@ def _replicate_counts(probs, totals):
     return torch.zeros_like(probs).scatter_add_(-1, categories, within_total.to(probs.dtype))
 
 
-def _predictive_draw(model, guide, x, likelihood):
+def _predictive_draw(model, guide, x, likelihood, **kwargs):
     """
     One draw of the guide's sites, x replicated by the unconditioned model
     at those values (as :class:`pyro.infer.Predictive` with
     :func:`~pyro.poutine.uncondition`), and log p(x | z, globals): per feature
     when the likelihood factorises over features, per data point otherwise.
     """
-    guide_trace = exact_guide_trace(guide, x)
-    model_trace = poutine.trace(poutine.replay(poutine.uncondition(model), trace=guide_trace)).get_trace(x)
+    guide_trace = exact_guide_trace(guide, x, **kwargs)
+    model_trace = poutine.trace(poutine.replay(poutine.uncondition(model), trace=guide_trace)).get_trace(x, **kwargs)
     observation = model_trace.nodes["x"]
     latents = {
         name: site["value"]
@@ -158,9 +158,10 @@ def _draw_batches(fitted, X, num_samples, batch_size):
     """
     likelihood = fitted.config["likelihood"]
     observed, replicates, log_likelihoods, latents = [], [], [], {}
-    for x in fitted._batches(X, batch_size):
-        draws = [_predictive_draw(fitted.model, fitted.guide, x, likelihood) for _ in range(num_samples)]
-        observed.append(x.cpu().numpy())
+    for batch in fitted._batches(X, batch_size):
+        draws = [_predictive_draw(fitted.model, fitted.guide, batch.x, likelihood, **batch.kwargs)
+                 for _ in range(num_samples)]
+        observed.append(batch.x.cpu().numpy())
         replicates.append(torch.stack([replicate for _, replicate, _ in draws]).cpu().numpy())
         log_likelihoods.append(torch.stack([log_lik for _, _, log_lik in draws]).cpu().numpy())
         for name in draws[0][0]:
@@ -304,11 +305,12 @@ def pareto_khat(fitted, X, num_samples=500, batch_size=256):
     _check_num_samples(num_samples)
     log_weights = np.concatenate(
         [
-            torch.stack([log_importance_weights(fitted.model, fitted.guide, x) for _ in range(num_samples)], -1)
+            torch.stack([log_importance_weights(fitted.model, fitted.guide, batch.x, **batch.kwargs)
+                         for _ in range(num_samples)], -1)
             .cpu()
             .double()
             .numpy()
-            for x in fitted._batches(X, batch_size)
+            for batch in fitted._batches(X, batch_size)
         ]
     )
     return _psis_khat(log_weights)

@@ -101,14 +101,14 @@ class DataParallel:
                 share = batch[:1]
             yield data.rows(share.numpy(), device), weight
 
-    def loss(self, x, num_data):
+    def loss(self, x, num_data, **kwargs):
         """
         This rank's -ELBO, or NaN on every rank when any rank's loss failed
         (an argument error or NaN/inf), so that all ranks stop or roll back at
         the same step instead of waiting for each other in the all-reduce.
         """
         try:
-            loss = self.module(x, num_data)
+            loss = self.module(x, num_data, **kwargs)
         except ValueError:
             self._all_finite(torch.tensor(math.nan))
             raise

@@ -323,7 +323,7 @@ def _distribution_name(fn):
     return type(fn).__name__
 
 
-def kl_terms(model, guide, x):
+def kl_terms(model, guide, x, **kwargs):
     """
     For each latent site inside the data plate, whether
     ``kl_divergence(q, p)`` is registered for its guide and prior — as
@@ -332,8 +332,8 @@ def kl_terms(model, guide, x):
     of ``guide`` and ``model`` on ``x``.
     """
     with torch.no_grad():
-        guide_trace = poutine.trace(guide).get_trace(x)
-        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
+        guide_trace = poutine.trace(guide).get_trace(x, **kwargs)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, **kwargs)
     terms = []
     for name, site in model_trace.nodes.items():
         if site["type"] != "sample" or site["is_observed"] or not in_data_plate(site):

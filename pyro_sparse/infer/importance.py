@@ -1,4 +1,4 @@
-"""Per-data-point quantities computed from a model/guide pair by tracing."""
+"""Per-data-point quantities computed from a model/guide pair by tracing (keyword arguments: a minibatch's covariates and library sizes)."""
 
 import math
 
@@ -8,20 +8,20 @@ from pyro import poutine
 from pyro_sparse.plates import in_data_plate
 
 
-def exact_guide_trace(guide, x):
+def exact_guide_trace(guide, x, **kwargs):
     """
     A trace of the guide on ``x`` whose local sites hold exact draws of their
     distributions: a relaxed (training-time) draw of a spike-and-slab code is
     never exactly 0 and would be scored by the slab density.
     """
-    guide_trace = poutine.trace(guide).get_trace(x)
+    guide_trace = poutine.trace(guide).get_trace(x, **kwargs)
     for site in guide_trace.nodes.values():
         if site["type"] == "sample" and in_data_plate(site):
             site["value"] = site["fn"].sample()
     return guide_trace
 
 
-def log_importance_weights(model, guide, x):
+def log_importance_weights(model, guide, x, **kwargs):
     r"""
     One draw z ~ q(z | x) per data point and its log weight
     log p(x, z | globals) - log q(z | x), with global sites at the guide's
@@ -31,8 +31,8 @@ def log_importance_weights(model, guide, x):
 
     :returns: tensor of shape ``(batch,)``.
     """
-    guide_trace = exact_guide_trace(guide, x)
-    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
+    guide_trace = exact_guide_trace(guide, x, **kwargs)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, **kwargs)
     log_weight = x.new_zeros(x.shape[0])
     for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
         for name, site in trace.nodes.items():
@@ -45,31 +45,32 @@ def log_importance_weights(model, guide, x):
 
 
 @torch.no_grad()
-def importance_log_likelihood(model, guide, x, num_samples=100):
+def importance_log_likelihood(model, guide, x, num_samples=100, **kwargs):
     r"""
     log p(x_i) ≈ log (1/S) Σ_s p(x_i, z_s) / q(z_s | x_i), z_s ~ q(z | x_i):
     the importance-weighted bound (Burda et al. 2016), per data point.  It
     tightens towards log p(x_i) as S grows; it is not a reconstruction error.
     """
-    weights = torch.stack([log_importance_weights(model, guide, x) for _ in range(num_samples)])
+    weights = torch.stack([log_importance_weights(model, guide, x, **kwargs) for _ in range(num_samples)])
     return torch.logsumexp(weights, dim=0) - math.log(num_samples)
 
 
 @torch.no_grad()
-def expected_observation(model, guide, x, codes=None):
+def expected_observation(model, guide, x, codes=None, **kwargs):
     """
     E[x | z, globals]: the model's mean of x given codes z (by default the
     posterior means E_q[z | x]), the posterior means of any other local site
     and the guide's values of the global sites.
     """
-    guide_trace = poutine.trace(guide).get_trace(x)
+    guide_trace = poutine.trace(guide).get_trace(x, **kwargs)
     for name, site in guide_trace.nodes.items():
         if site["type"] == "sample" and in_data_plate(site):
             # Other local sites (a learned threshold) stay at their posterior means.
             site["value"] = codes if codes is not None and name == "z" else site["fn"].mean
-    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, **kwargs)
+    # detach: torch's lazy properties (a zero-inflated mean) compute with gradients on even under no_grad.
     return next(
-        site["fn"].mean
+        site["fn"].mean.detach()
         for site in model_trace.nodes.values()
         if site["type"] == "sample" and site["is_observed"]
     )

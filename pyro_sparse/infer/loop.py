@@ -47,8 +47,8 @@ class ELBOLoss(torch.nn.Module):
         self.guide = guide
         self.elbo = elbo
 
-    def forward(self, x, num_data):
-        return self.elbo.differentiable_loss(self.model, self.guide, x, num_data)
+    def forward(self, x, num_data, **kwargs):
+        return self.elbo.differentiable_loss(self.model, self.guide, x, num_data, **kwargs)
 
 
 class SingleProcess:
@@ -61,9 +61,9 @@ class SingleProcess:
         self.loss = ELBOLoss(model, guide, elbo)
 
     def batches(self, data, batch_size, generator, device):
-        """(minibatch, weight of its loss) pairs for one epoch of ``data`` (a :class:`~pyro_sparse.data.Dataset`)."""
-        for x in data.minibatches(batch_size, generator, device):
-            yield x, 1.0
+        """(:class:`~pyro_sparse.data.dataset.Batch`, weight of its loss) pairs for one epoch of ``data``."""
+        for batch in data.minibatches(batch_size, generator, device):
+            yield batch, 1.0
 
     def mean(self, value):
         """The mean of a float over the processes."""
@@ -87,8 +87,8 @@ def adam_step_sizes(optimizer, param):
 def mean_negative_elbo(model, guide, data, batch_size, device):
     """-ELBO per data point of ``data`` (one z draw each), without global prior terms."""
     total = 0.0
-    for x in data.minibatches(batch_size, device=device, shuffle=False):
-        total -= log_importance_weights(model, guide, x).sum().item()
+    for batch in data.minibatches(batch_size, device=device, shuffle=False):
+        total -= log_importance_weights(model, guide, batch.x, **batch.kwargs).sum().item()
     return total / data.num_data
 
 
@@ -168,21 +168,21 @@ class Trainer:
         self.guide.train()
         self.epoch_loss, self.num_steps = 0.0, 0
         try:
-            for x, weight in self.strategy.batches(data, self.batch_size, self.generator, self.device):
-                self._step(x, weight, data.num_data)
+            for batch, weight in self.strategy.batches(data, self.batch_size, self.generator, self.device):
+                self._step(batch, weight, data.num_data)
         except TrainingDivergedError as error:
             self._on_divergence(error)
             return False
         return True
 
-    def _step(self, x, weight, num_data):
+    def _step(self, batch, weight, num_data):
         loop = self.loop
         for module in self.scheduled:
             module.schedule(loop.step / self.steps_per_epoch, loop.step)
         self.optimizer.zero_grad(set_to_none=True)
         warmup = min(1.0, (loop.step + 1) / self.warmup_steps)
         with scale_local_latents(warmup):
-            loss = weight * self._differentiable_loss(x, num_data)
+            loss = weight * self._differentiable_loss(batch, num_data)
         loss.backward()
         for prior, param in self.hooked:
             prior.before_step(param)
@@ -195,9 +195,9 @@ class Trainer:
         self.epoch_loss += loss.item()
         self.num_steps += 1
 
-    def _differentiable_loss(self, x, num_data):
+    def _differentiable_loss(self, batch, num_data):
         try:
-            loss = self.strategy.loss(x, num_data)
+            loss = self.strategy.loss(batch.x, num_data, **batch.kwargs)
         except ValueError as error:
             # Finite but huge parameters overflow inside the networks; the first
             # to notice is a distribution's argument check.

@@ -127,18 +127,19 @@ def latent_traversal(fitted, x, image_shape, dims=None, values=(-3, -2, -1, 0, 1
     point = evaluation_data(x, fitted.config)
     if point.num_data != 1:
         raise ValueError(f"x must be one data point of shape (1, G), e.g. X[:1]; got {point.num_data} rows")
-    start = torch.as_tensor(fitted.transform(point.matrix), device=fitted.device)
+    start = torch.as_tensor(fitted.transform(x), device=fitted.device)
     latent_dim = start.shape[1]
     dims = list(range(min(latent_dim, 10))) if dims is None else [int(d) for d in dims]
     if not dims or not all(0 <= d < latent_dim for d in dims):
         raise ValueError(f"dims must be code dimensions in [0, {latent_dim}), got {dims}")
     values = torch.as_tensor(np.asarray(values, dtype=np.float32), device=fitted.device).reshape(-1)
-    repeated_x = point.rows(np.zeros(len(values), dtype=int), fitted.device)
+    repeated = point.rows(np.zeros(len(values), dtype=int), fitted.device)
     images = []
     for d in dims:
         codes = start.repeat(len(values), 1)
         codes[:, d] = values
-        images.append(expected_observation(fitted.model, fitted.guide, repeated_x, codes).cpu().numpy())
+        images.append(expected_observation(fitted.model, fitted.guide, repeated.x, codes, **repeated.kwargs)
+                      .cpu().numpy())
     images = np.stack(images).reshape(len(dims), len(values), *image_shape)
     figure, axes = plt.subplots(
         len(dims), len(values), figsize=(0.2 + 0.9 * len(values), 0.3 + 0.9 * len(dims)), squeeze=False

@@ -12,7 +12,11 @@ densifies it one minibatch at a time.
 
 import sys
 
-from pyro_sparse.data import DataError, check_feature_names
+import numpy as np
+import torch
+
+from pyro_sparse.data import DataError, Dataset, check_feature_names
+from pyro_sparse.data.covariates import CovariateSpec
 
 
 def is_anndata(data):
@@ -35,30 +39,97 @@ def _matrix(adata, layer):
     return adata.layers[layer]
 
 
-def training_data(data, layer=None):
+REGISTRATION_KEY = "pyro_sparse"
+_FIELDS = ("layer", "batch_key", "labels_key", "size_factor_key", "categorical_covariate_keys",
+           "continuous_covariate_keys")
+
+
+def setup_anndata(adata, layer=None, batch_key=None, labels_key=None, size_factor_key=None,
+                  categorical_covariate_keys=(), continuous_covariate_keys=()):
     """
-    ``(matrix, feature names)`` for :func:`~pyro_sparse.train`: for an AnnData,
-    ``adata.X`` (or ``adata.layers[layer]``) and ``var_names``; anything else
-    is returned as it is, with no names.
+    Register which parts of ``adata`` a model uses, in ``adata.uns["pyro_sparse"]``
+    (scvi-tools' convention): the ``layer`` of counts (``None``: ``adata.X``), the
+    ``batch_key`` and other categorical and continuous ``adata.obs`` columns that
+    enter encoder and decoder as covariates (not factors), a ``labels_key``
+    (kept for evaluation, never used in training) and a ``size_factor_key``, an
+    ``adata.obs`` column of library sizes for the count likelihoods (default:
+    each cell's total count).  :func:`~pyro_sparse.train` and the fitted
+    model's methods read the registration.
+    """
+    if not is_anndata(adata):
+        raise TypeError(f"setup_anndata needs an AnnData, got a {type(adata).__name__}")
+    registration = {"layer": layer, "batch_key": batch_key, "labels_key": labels_key,
+                    "size_factor_key": size_factor_key,
+                    "categorical_covariate_keys": list(categorical_covariate_keys),
+                    "continuous_covariate_keys": list(continuous_covariate_keys)}
+    _matrix(adata, layer)
+    for key in [batch_key, labels_key, size_factor_key, *categorical_covariate_keys, *continuous_covariate_keys]:
+        if key is not None and key not in adata.obs:
+            raise DataError(f"adata.obs has no column {key!r} (it has {list(adata.obs.columns)})")
+    adata.uns[REGISTRATION_KEY] = registration
+    return registration
+
+
+def registration_of(adata, layer=None, batch_key=None):
+    """``adata``'s registration (:func:`setup_anndata`), with ``layer`` and ``batch_key`` given to ``train`` on top."""
+    registration = dict(adata.uns.get(REGISTRATION_KEY, {}))
+    registration = {field: registration.get(field) for field in _FIELDS}
+    for field, value in (("layer", layer), ("batch_key", batch_key)):
+        if value is not None:
+            registration[field] = value
+    return registration
+
+
+def _library(adata, key):
+    if key is None:
+        return None
+    values = np.asarray(adata.obs[key], dtype=np.float64)
+    if not (np.all(np.isfinite(values)) and np.all(values > 0)):
+        raise DataError(f"adata.obs[{key!r}] (the library sizes) must be positive and finite")
+    return torch.as_tensor(values, dtype=torch.float32)
+
+
+def training_dataset(data, likelihood, layer=None, batch_key=None):
+    """
+    The :class:`~pyro_sparse.data.Dataset` ``train`` fits: for an AnnData,
+    its registered layer, ``var_names``, covariates and library sizes; other
+    data as they are (``layer`` and ``batch_key`` apply to AnnData only).
     """
     if not is_anndata(data):
-        if layer is not None:
-            raise ValueError(f"layer={layer!r} selects a layer of an AnnData, but data is a {type(data).__name__}")
-        return data, None
-    return _matrix(data, layer), [str(name) for name in data.var_names]
+        for name, value in (("layer", layer), ("batch_key", batch_key)):
+            if value is not None:
+                raise ValueError(f"{name}={value!r} selects part of an AnnData, but data is a {type(data).__name__}")
+        return Dataset.from_data(data, likelihood)
+    registration = registration_of(data, layer, batch_key)
+    spec = None
+    if registration["batch_key"] or registration["categorical_covariate_keys"] or registration[
+            "continuous_covariate_keys"]:
+        spec = CovariateSpec.fit(data.obs, registration["batch_key"], registration["categorical_covariate_keys"] or (),
+                                 registration["continuous_covariate_keys"] or ())
+    dataset = Dataset.from_data(
+        _matrix(data, registration["layer"]), likelihood, [str(name) for name in data.var_names],
+        layer=registration["layer"], covariates=None if spec is None else spec.encode(data.obs), spec=spec,
+        library=_library(data, registration["size_factor_key"]),
+    )
+    dataset.registration = registration
+    return dataset
 
 
 def evaluation_data(adata, config):
     """
-    The matrix of an AnnData to evaluate a fitted model on: the layer the
-    model was trained on, after checking that ``var_names`` are the training
-    features in the training order.
+    ``(matrix, covariates, library)`` of an AnnData to evaluate a fitted model
+    on: the layer the model was trained on (after checking that ``var_names``
+    are the training features in the training order), its covariates encoded
+    as in training, and its library sizes.
     """
     check_feature_names(
         [str(name) for name in adata.var_names], config.get("feature_names"), "adata",
         selection="adata[:, fitted.config['feature_names']]",
     )
-    return _matrix(adata, config.get("layer"))
+    registration = config.get("registration") or {"layer": config.get("layer")}
+    spec = CovariateSpec.from_config(config.get("covariates"))
+    covariates = None if spec is None else spec.encode(adata.obs)
+    return _matrix(adata, registration.get("layer")), covariates, _library(adata, registration.get("size_factor_key"))
 
 
 def _optional(fitted, attribute):

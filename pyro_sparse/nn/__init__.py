@@ -1,4 +1,4 @@
-"""Plain torch networks: encoders and decoders, the sparse masked decoder, device and precision settings."""
+"""Plain torch networks: encoders and decoders, the sparse masked decoder, the observation model, device and precision settings."""
 
 from pyro_sparse.nn.conv import (
     ConvDecoder28,
@@ -16,6 +16,11 @@ from pyro_sparse.nn.networks import (
     FeatureAffine,
     HeteroscedasticDecoder,
     mlp,
+    with_covariates,
+)
+from pyro_sparse.nn.observation import (
+    DISPERSIONS,
+    ObservationModel,
 )
 from pyro_sparse.nn.precision import (
     PRECISIONS,
@@ -28,12 +33,14 @@ from pyro_sparse.nn.precision import (
 __all__ = [
     "ConvDecoder28",
     "ConvEncoder28",
+    "DISPERSIONS",
     "Decoder",
     "DecoderMemoryError",
     "DenseDecoder",
     "FeatureAffine",
     "HeteroscedasticDecoder",
     "MaskedDecoder",
+    "ObservationModel",
     "PRECISIONS",
     "available_memory_bytes",
     "check_precision",
@@ -42,4 +49,5 @@ __all__ = [
     "resolve_device",
     "set_decoder_precision",
     "tf32_matmuls",
+    "with_covariates",
 ]

@@ -83,7 +83,8 @@ class MaskedDecoder(Decoder):
     :param int block_rows: (data point, feature) rows per compute block on CPU.
     """
 
-    def __init__(self, num_features, latent_dim, hidden_dims, memory_budget_bytes=2**30, block_rows=2048):
+    def __init__(self, num_features, latent_dim, hidden_dims, memory_budget_bytes=2**30, block_rows=2048,
+                 covariate_dim=0):
         super().__init__()
         if not hidden_dims:
             raise ValueError("MaskedDecoder needs at least one hidden layer")
@@ -93,6 +94,8 @@ class MaskedDecoder(Decoder):
         first = nn.Linear(latent_dim, self.hidden_dims[0])
         self.first_weight = first.weight  # (H1, K), used column-normalised
         self.first_bias = first.bias
+        # Covariates enter the first layer unmasked: they are not factors, and W does not gate them.
+        self.covariate_weight = nn.Parameter(torch.zeros(self.hidden_dims[0], covariate_dim)) if covariate_dim else None
         self.hidden = nn.ModuleList(
             nn.Linear(a, b) for a, b in zip(self.hidden_dims[:-1], self.hidden_dims[1:])
         )
@@ -122,55 +125,65 @@ class MaskedDecoder(Decoder):
         outputs = batch_size * self.num_features * 4 * 4
         return self.chunk_size(batch_size) * self._bytes_per_feature(batch_size) + outputs
 
-    def _decode_block(self, z, mask, out_weight, out_bias, first_weight):
+    def _decode_block(self, z, mask, out_weight, out_bias, first_weight, first_bias):
         # One masked copy of the batch per feature in the block, as (F * B, K)
         # rows: the layers' outputs are then whole 2-D tensors, not views of
         # one, so the in-place ReLUs need no copy-and-zero-fill in backward
         # (autograd's CopySlices for in-place ops on views): 5-11 % of a decoder step.
         num_features, batch = mask.shape[0], z.shape[0]
-        h = torch.relu_(F.linear((mask.unsqueeze(1) * z).view(num_features * batch, -1), first_weight, self.first_bias))
+        rows = (mask.unsqueeze(1) * z).view(num_features * batch, -1)
+        if first_bias.dim() == 1:
+            h = torch.relu_(F.linear(rows, first_weight, first_bias))
+        else:  # a (B, H1) bias per data point: the covariates' share of the first layer
+            h = F.linear(rows, first_weight).view(num_features, batch, -1).add_(first_bias)
+            h = torch.relu_(h.view(num_features * batch, -1))
         for layer in self.hidden:
             h = torch.relu_(layer(h))
         # Feature j only needs row j of the last layer: a batched (B, H) @ (H, 1).
         out = torch.baddbmm(out_bias[:, None, None], h.view(num_features, batch, -1), out_weight.unsqueeze(-1))
         return out.squeeze(-1).transpose(0, 1)  # (B, F)
 
-    def _decode_chunk(self, z, mask, out_weight, out_bias, first_weight):
+    def _decode_chunk(self, z, mask, out_weight, out_bias, first_weight, first_bias):
         features = mask.shape[0]
         block = features if z.is_cuda else max(1, self.block_rows // z.shape[0])
         if block >= features:
-            return self._decode_block(z, mask, out_weight, out_bias, first_weight)
+            return self._decode_block(z, mask, out_weight, out_bias, first_weight, first_bias)
         return torch.cat(
             [
-                self._decode_block(z, mask[rows], out_weight[rows], out_bias[rows], first_weight)
+                self._decode_block(z, mask[rows], out_weight[rows], out_bias[rows], first_weight, first_bias)
                 for rows in (slice(start, start + block) for start in range(0, features, block))
             ],
             dim=-1,
         )
 
-    def forward(self, z, mask, features=None):
+    def forward(self, z, mask, features=None, covariates=None):
         """
         :param torch.Tensor z: codes, shape ``(..., batch, K)``.
         :param torch.Tensor mask: W, shape ``(G, K)``.
         :param torch.Tensor features: indices of the features to compute
             (feature subsampling); ``None`` for all G.  Only these are decoded.
+        :param torch.Tensor covariates: (batch, C), or ``None``.
         :returns: decoder outputs, shape ``(..., batch, G)`` or ``(..., batch, len(features))``.
         """
         batch_shape = z.shape[:-1]
         z = z.reshape(-1, self.latent_dim)
         first_weight = self.normalized_first_weight()
+        first_bias = self.first_bias
+        if self.covariate_weight is not None and covariates is not None:
+            covariates = covariates.expand(*batch_shape, covariates.shape[-1]).reshape(z.shape[0], -1)
+            first_bias = torch.addmm(self.first_bias, covariates, self.covariate_weight.T)
         out_weight, out_bias = self.out_weight, self.out_bias
         if features is not None:
             mask, out_weight, out_bias = mask[features], out_weight[features], out_bias[features]
         num_features = mask.shape[0]
         size = self.chunk_size(z.shape[0])
         if size >= num_features:
-            out = self._decode_chunk(z, mask, out_weight, out_bias, first_weight)
+            out = self._decode_chunk(z, mask, out_weight, out_bias, first_weight, first_bias)
         else:
             pieces = []
             for start in range(0, num_features, size):
                 rows = slice(start, start + size)
-                args = (z, mask[rows], out_weight[rows], out_bias[rows], first_weight)
+                args = (z, mask[rows], out_weight[rows], out_bias[rows], first_weight, first_bias)
                 if torch.is_grad_enabled():
                     pieces.append(checkpoint(self._decode_chunk, *args, use_reentrant=False))
                 else:

@@ -61,6 +61,13 @@ class Decoder(nn.Module):
         return output.float()
 
 
+def with_covariates(z, covariates):
+    """Codes ``z`` (..., B, K) with the (B, C) covariates appended along the last dim (``None``: z itself)."""
+    if covariates is None:
+        return z
+    return torch.cat([z, covariates.expand(*z.shape[:-1], covariates.shape[-1])], dim=-1)
+
+
 def mlp(in_dim, hidden_dims, out_dim):
     """A ReLU multilayer perceptron ``in_dim -> hidden_dims... -> out_dim``."""
     layers, width = [], in_dim
@@ -72,15 +79,18 @@ def mlp(in_dim, hidden_dims, out_dim):
 
 
 class DenseDecoder(Decoder):
-    """The VAE decoder: an MLP from K latents to G outputs, then the feature affine map."""
+    """
+    The VAE decoder: an MLP from K latents (and C covariates, appended) to G
+    outputs, then the feature affine map.
+    """
 
-    def __init__(self, num_features, latent_dim, hidden_dims):
+    def __init__(self, num_features, latent_dim, hidden_dims, covariate_dim=0):
         super().__init__()
-        self.net = mlp(latent_dim, hidden_dims, num_features)
+        self.net = mlp(latent_dim + covariate_dim, hidden_dims, num_features)
         self.output_affine = FeatureAffine(num_features)
 
-    def forward(self, z):
-        return self.output_affine(self.net(z))
+    def forward(self, z, covariates=None):
+        return self.output_affine(self.net(with_covariates(z, covariates)))
 
 
 class HeteroscedasticDecoder(Decoder):
@@ -93,14 +103,14 @@ class HeteroscedasticDecoder(Decoder):
     likelihood to ± infinity on new data.
     """
 
-    def __init__(self, num_features, latent_dim, hidden_dims, min_variance=1e-3):
+    def __init__(self, num_features, latent_dim, hidden_dims, min_variance=1e-3, covariate_dim=0):
         super().__init__()
-        self.net = mlp(latent_dim, hidden_dims, 2 * num_features)
+        self.net = mlp(latent_dim + covariate_dim, hidden_dims, 2 * num_features)
         self.output_affine = FeatureAffine(num_features)
         self.min_variance = float(min_variance)
 
-    def forward(self, z):
-        raw_loc, log_variance = self.net(z).chunk(2, dim=-1)
+    def forward(self, z, covariates=None):
+        raw_loc, log_variance = self.net(with_covariates(z, covariates)).chunk(2, dim=-1)
         scale_squared = self.output_affine.scale**2
         variance = log_variance.clamp(-20.0, 20.0).exp() * scale_squared + self.min_variance * scale_squared.mean()
         return self.output_affine(raw_loc), variance

@@ -246,53 +246,88 @@ class PseudoInputPrior(SpikeSlabPrior):
 
 class ThresholdedPrior(LatentPrior):
     r"""
-    Codes z = T(s; λ, 0), base draws s ~ Laplace(0, b0) or N(0, σ0²) through
+    Codes z = T(s; λ0, 0), base draws s ~ Laplace(0, b0) or N(0, σ0²) through
     the shifted soft-threshold (Fallah & Rozell 2022, Eq. 2); for the Laplace
-    base z is exactly spike-and-slab with γ = exp(-λ/b0) (Prop. 3.1).  As in
-    the paper's Eq. 5, the KL term with the thresholded guide is that of the
-    *base* distributions (registered in
-    :mod:`pyro_sparse.distributions.thresholded`).  With ``learn_threshold``
-    λ is a local latent with a Gamma(α0, α0/λ0) prior (mean λ0; Sec. 3.2,
-    Appendix B) and its own KL weight ``threshold_beta`` (β2).
+    base z is exactly spike-and-slab with γ = exp(-λ0/b0) (Prop. 3.1).  With
+    ``learn_threshold`` λ is a local latent with a Gamma(α0, α0/λ0) prior (mean
+    λ0; Sec. 3.2, Appendix B) and its own KL weight ``threshold_beta`` (β2).
+
+    The guide's codes are thresholded base draws too
+    (:class:`~pyro_sparse.guides.ThresholdedGuide`), with a threshold that is
+
+    * ``amortized_threshold=True`` (the default unless ``learn_threshold`` or
+      ``kl="base"``): the encoder's own λ_q(x) per
+      data point and coordinate, so that a code can be switched on with
+      little noise.  With the paper's λ_q = λ0 the probability of being on,
+      exp(-λ0/b), is tied to the noise scale b: a coordinate that is on with
+      probability 1/2 (the posterior mode, see ``transform``) carries noise
+      of scale b = λ0/ln 2 ≈ 1.44 λ0, and the ELBO prefers to leave it off;
+    * ``amortized_threshold=False``: λ0 (or, with ``learn_threshold``, a
+      Gamma draw), the paper's fixed and learned thresholds.
 
     :param str base: ``"laplace"`` or ``"gaussian"``.
-    :param float threshold: λ0; ``None`` for no threshold (plain Laplace /
+    :param float threshold: λ0 > 0; ``None`` for no threshold (plain Laplace /
         Gaussian codes).  The registered names use the paper's defaults
         (Appendix D): 0.25 with b0 = 0.1 (Laplace), 0.52 with σ0 = √0.1
         (Gaussian), ~10% non-zero codes a priori.
-    :param float prior_scale: b0 or σ0.
+    :param float prior_scale: b0 or σ0 (> 0).
+    :param str kl: the code KL the ELBO uses (module docstring of
+        :mod:`pyro_sparse.distributions.thresholded`): ``"exact"`` (the KL of
+        the thresholded laws), ``"augmented"`` (Laplace only: the KL of the
+        gate and the slab value, an upper bound on the exact KL that keeps the
+        location of a switched-off code anchored at the prior) or ``"base"``
+        (the paper's Eq. 5, with a threshold shared by q and p: it does not
+        see an amortised threshold).
     """
 
     guide_family = "thresholded"
 
     def __init__(
         self, latent_dim, base, threshold, prior_scale, learn_threshold=False, threshold_concentration=3.0,
-        threshold_beta=0.1,
+        threshold_beta=0.1, amortized_threshold=None, kl="exact",
     ):
         super().__init__(latent_dim)
         if base not in ("laplace", "gaussian"):
             raise ValueError(f"base must be 'laplace' or 'gaussian', got {base!r}")
         if threshold is None and learn_threshold:
             raise ValueError("learn_threshold needs a threshold λ0 for its Gamma prior")
+        if amortized_threshold is None:
+            amortized_threshold = not learn_threshold and kl != "base"
+        # Plain codes (threshold=None) have no threshold to amortise.
+        amortized_threshold = bool(amortized_threshold) and threshold is not None
+        if learn_threshold and amortized_threshold:
+            raise ValueError("learn_threshold (a Gamma posterior of λ) and amortized_threshold (the encoder's λ) "
+                             "exclude each other: pass amortized_threshold=False with learn_threshold=True")
         for name, value in [("threshold", 1.0 if threshold is None else threshold), ("prior_scale", prior_scale),
                             ("threshold_beta", threshold_beta), ("threshold_concentration", threshold_concentration)]:
-            if not value > 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        kls = ("exact", "augmented", "base") if base == "laplace" else ("exact", "base")
+        if kl not in kls:
+            raise ValueError(f"kl must be one of {kls} with the {base} base, got {kl!r}")
+        if kl == "base" and amortized_threshold:
+            raise ValueError("kl='base' (the paper's Eq. 5) ignores the thresholds, so it cannot regularise an "
+                             "amortised threshold: pass amortized_threshold=False, or kl='exact'")
         self.base, self.learn_threshold = base, bool(learn_threshold)
+        self.amortized_threshold = amortized_threshold
         self.threshold = None if threshold is None else float(threshold)
         self.prior_scale, self.threshold_concentration = float(prior_scale), float(threshold_concentration)
-        self.threshold_beta = float(threshold_beta)
+        self.threshold_beta, self.kl = float(threshold_beta), kl
 
     def guide_options(self):
         return {
             "base": self.base,
             "threshold": self.threshold,
             "learn_threshold": self.learn_threshold,
+            "amortized_threshold": self.amortized_threshold,
             "threshold_kl_weight": self.threshold_beta,
+            "prior_scale": self.prior_scale,
         }
 
     def _codes(self, x, threshold):
-        return code_distribution(self.base, x.new_zeros(self.latent_dim), self.prior_scale, threshold).to_event(1)
+        return code_distribution(
+            self.base, x.new_zeros(self.latent_dim), self.prior_scale, threshold, kl_objective=self.kl
+        ).to_event(1)
 
     def distribution(self, x):
         """p(z) at the prior threshold λ0 (for a learned threshold, its prior mean)."""
@@ -312,18 +347,18 @@ class ThresholdedLaplacePrior(ThresholdedPrior):
     """Soft-thresholded Laplace(0, b0) codes; see :class:`ThresholdedPrior`."""
 
     def __init__(self, latent_dim, threshold=0.25, prior_scale=0.1, learn_threshold=False,
-                 threshold_concentration=3.0, threshold_beta=0.1):
+                 threshold_concentration=3.0, threshold_beta=0.1, amortized_threshold=None, kl="augmented"):
         super().__init__(latent_dim, "laplace", threshold, prior_scale, learn_threshold, threshold_concentration,
-                         threshold_beta)
+                         threshold_beta, amortized_threshold, kl)
 
 
 class ThresholdedNormalPrior(ThresholdedPrior):
     """Soft-thresholded N(0, σ0²) codes (the paper's Gaussian "spread" 0.1 is σ0²); see :class:`ThresholdedPrior`."""
 
     def __init__(self, latent_dim, threshold=0.52, prior_scale=math.sqrt(0.1), learn_threshold=False,
-                 threshold_concentration=3.0, threshold_beta=0.1):
+                 threshold_concentration=3.0, threshold_beta=0.1, amortized_threshold=None, kl="exact"):
         super().__init__(latent_dim, "gaussian", threshold, prior_scale, learn_threshold, threshold_concentration,
-                         threshold_beta)
+                         threshold_beta, amortized_threshold, kl)
 
 
 def _real_valued(support):

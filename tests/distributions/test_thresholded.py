@@ -5,10 +5,11 @@ the spike mass and slab law of hard samples, moments, cdf/icdf, entropy) are
 in test_distribution_contract.py. Here: hard samples reject the plausible
 wrong laws (unshifted tails, the other family's spike mass); log_prob against
 quadrature over the mixed measure and its gradients; variance limits and the
-mode; the straight-through and subgradient rsample paths against their exact
-per-element gradients; the base-family KLs used by the paper's Eq. 5 (torch's)
-and the exact thresholded-Laplace KL against Monte Carlo; and expand of the
-class's own attributes.
+mode; the jump, straight-through and subgradient rsample paths against their
+exact per-element gradients, and the jump estimator against the exact gradient
+of an expectation; the base-family KLs (torch's), the registered KLs of the
+thresholded laws against quadrature and Monte Carlo, the training surrogates
+(``kl_objective``); and expand of the class's own attributes.
 """
 
 import itertools
@@ -23,7 +24,7 @@ import torch.distributions.kl as torch_kl
 from torch.distributions import Gamma, Laplace, Normal, kl_divergence
 
 from pyro_sparse.distributions import ThresholdedLaplace, ThresholdedNormal
-from pyro_sparse.distributions.thresholded import thresholded_laplace_kl
+from pyro_sparse.distributions.thresholded import thresholded_laplace_kl, thresholded_normal_kl
 
 # loc, scale, threshold
 PARAMS = [
@@ -172,15 +173,15 @@ def test_mode():
 
 
 # --------------------------------------------------------------------------
-# rsample: straight-through (Eq. 4) vs subgradient (Appendix C)
+# rsample: jump (default), straight-through (Eq. 4), subgradient (Appendix C)
 # --------------------------------------------------------------------------
 
 
-def _grads(cls, straight_through, seed=5, n=4000):
+def _grads(cls, estimator, seed=5, n=4000):
     loc = torch.linspace(-1, 1, n, dtype=torch.float64).requires_grad_()
     scale = torch.full((n,), 0.7, dtype=torch.float64, requires_grad=True)
     lam = torch.full((n,), 0.6, dtype=torch.float64, requires_grad=True)
-    d = cls(loc, scale, lam, straight_through=straight_through)
+    d = cls(loc, scale, lam, estimator=estimator)
     torch.manual_seed(seed)
     z = d.rsample()
     torch.manual_seed(seed)
@@ -189,9 +190,16 @@ def _grads(cls, straight_through, seed=5, n=4000):
     return z.detach(), s, loc, scale, lam
 
 
+def _gate_grads(cls, loc, scale, lam):
+    """∂γ/∂scale and ∂γ/∂λ by autograd of the gate formula."""
+    scale, lam = scale.detach().clone().requires_grad_(), lam.detach().clone().requires_grad_()
+    gate = cls(loc.detach(), scale, lam).gate
+    return torch.autograd.grad(gate.sum(), (scale, lam))
+
+
 @pytest.mark.parametrize("cls", [ThresholdedLaplace, ThresholdedNormal], ids=FAMILY_IDS)
 def test_straight_through_gradients(cls):
-    z, s, loc, scale, lam = _grads(cls, True)
+    z, s, loc, scale, lam = _grads(cls, "straight_through")
     zero = z == 0
     assert 0.1 < zero.double().mean() < 0.9
     # μ is reached once, through s: gradient 1 everywhere, never 1 + 1[z != 0].
@@ -207,7 +215,7 @@ def test_straight_through_gradients(cls):
 
 @pytest.mark.parametrize("cls", [ThresholdedLaplace, ThresholdedNormal], ids=FAMILY_IDS)
 def test_subgradient_is_exactly_zero_on_spike(cls):
-    z, s, loc, scale, lam = _grads(cls, False)
+    z, s, loc, scale, lam = _grads(cls, "subgradient")
     zero = z == 0
     assert zero.any() and (~zero).any()
     for t in (loc, scale, lam):
@@ -219,15 +227,48 @@ def test_subgradient_is_exactly_zero_on_spike(cls):
 
 
 @pytest.mark.parametrize("cls", [ThresholdedLaplace, ThresholdedNormal], ids=FAMILY_IDS)
+def test_jump_gradients(cls):
+    # The subgradient's pathwise part plus μ ∂γ: the jump 0 -> μ at the band's
+    # edge, weighted by the rate at which the edge sweeps over the base's mass.
+    z, s, loc, scale, lam = _grads(cls, "jump")
+    on = (z != 0).double()
+    assert 0.1 < on.mean() < 0.9
+    assert torch.equal(loc.grad, on)  # a zeroed coordinate passes nothing to μ: no drift
+    gate_scale, gate_lam = _gate_grads(cls, loc, scale, lam)
+    ds = (s - loc.detach()) / scale.detach()
+    mu = loc.detach()
+    assert torch.allclose(scale.grad, on * ds + mu * gate_scale, rtol=1e-10, atol=1e-12)
+    assert torch.allclose(lam.grad, -on * torch.sign(s - mu) + mu * gate_lam, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", [ThresholdedLaplace, ThresholdedNormal], ids=FAMILY_IDS)
+def test_jump_is_unbiased_for_a_linear_loss_and_straight_through_is_not(cls):
+    # For f(z) = c z, E f = c γ μ exactly (the slab is symmetric about μ), so
+    # its exact gradient is c ∂(γ μ); the jump estimator's first-order jump
+    # term is exact here, the straight-through one is not (∂/∂μ = c, not c γ).
+    n, c = 400_000, 1.7
+    params = [f64(0.8), f64(0.5), f64(0.45)]  # μ, scale, λ
+    leaves = [p.clone().requires_grad_() for p in params]
+    d = cls(*leaves)
+    exact = torch.autograd.grad(c * d.gate * d.loc, leaves)
+    for estimator, unbiased in (("jump", True), ("straight_through", False)):
+        leaves = [p.clone().requires_grad_() for p in params]
+        torch.manual_seed(11)
+        z = cls(*[t.expand(n) for t in leaves], estimator=estimator).rsample()
+        grads = torch.autograd.grad(c * z.mean(), leaves)
+        close = all(abs(g - e) < 0.02 for g, e in zip(grads, exact))
+        assert close is unbiased, (estimator, grads, exact)
+
+
+@pytest.mark.parametrize("cls", [ThresholdedLaplace, ThresholdedNormal], ids=FAMILY_IDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_rsample_forward_equals_hard_threshold(cls, dtype):
     loc = torch.randn(3, 50, dtype=dtype)
     scale = torch.rand(3, 50, dtype=dtype) + 0.1
-    lam = torch.rand(3, 50, dtype=dtype)
-    d = cls(loc.requires_grad_(), scale.requires_grad_(), lam)
+    lam = torch.rand(3, 50, dtype=dtype) + 0.01
     outs = []
-    for st in (True, False):
-        d.straight_through = st
+    for estimator in ("jump", "straight_through", "subgradient"):
+        d = cls(loc.requires_grad_(), scale.requires_grad_(), lam, estimator=estimator)
         torch.manual_seed(6)
         outs.append(d.rsample((7,)).detach())
     torch.manual_seed(6)
@@ -240,6 +281,13 @@ def test_rsample_forward_equals_hard_threshold(cls, dtype):
         assert torch.equal(out, hard)
     assert torch.equal(hard, by_hand)
     assert (hard == 0).any()
+
+
+def test_bad_estimator_and_kl_objective_are_named():
+    with pytest.raises(ValueError, match="estimator"):
+        ThresholdedLaplace(0.0, 1.0, 0.5, estimator="gumbel")
+    with pytest.raises(ValueError, match="kl_objective"):
+        ThresholdedNormal(0.0, 1.0, 0.5, kl_objective="augmented")  # needs the Laplace's memoryless slab
 
 
 def test_gamma_threshold_gets_gradient():
@@ -285,22 +333,88 @@ def test_base_kls_come_from_torch_registry():
         assert torch_kl._KL_REGISTRY[pair].__module__ == "torch.distributions.kl"
 
 
-@pytest.mark.parametrize("cls", [ThresholdedLaplace, ThresholdedNormal], ids=FAMILY_IDS)
-def test_registered_kl_is_base_kl_of_eq5(cls):
-    # kl_divergence of the thresholded pair is the paper's Eq. 5 base KL
-    # (independent of the thresholds), also through to_event as the
-    # mean-field ELBOs call it.
-    assert (cls, cls) in torch_kl._KL_REGISTRY
-    q = cls(f64([0.3, -1.0]), f64([0.5, 2.0]), f64([0.2, 3.0]))
-    p = cls(f64(0.0), f64(1.0), f64(0.7))
-    base = kl_divergence(q.base_dist, p.base_dist)
-    assert torch.equal(kl_divergence(q, p), base)
-    assert torch.equal(
-        kl_divergence(cls(q.loc, q.scale, f64(9.0)), p), base
-    )  # no λ dependence
-    assert torch.allclose(
-        kl_divergence(q.to_event(1), p.expand([2]).to_event(1)), base.sum()
+def _quadrature_kl(q, p):
+    """KL over the mixed measure: the atom at 0 plus the slab integral, split at the kinks."""
+    zero = f64(0.0)
+    atom = (q.log_prob(zero).exp() * (q.log_prob(zero) - p.log_prob(zero))).item()
+
+    def integrand(z):
+        z = f64(z)
+        log_q, log_p = q.log_prob(z), p.log_prob(z)
+        return (log_q.exp() * (log_q - log_p)).item()
+
+    kinks = sorted({q.loc.item(), p.loc.item(), 0.0})
+    edges = [kinks[0] - 40.0, *kinks, kinks[-1] + 40.0]
+    return atom + sum(
+        scipy.integrate.quad(integrand, lo, hi, limit=200, epsabs=1e-12, epsrel=1e-10)[0]
+        for lo, hi in zip(edges[:-1], edges[1:])
+        if hi > lo
     )
+
+
+KL_PAIRS = [
+    ((0.3, 0.5, 0.2), (0.0, 1.0, 0.5)),
+    ((-1.0, 2.0, 3.0), (0.5, 0.7, 0.1)),
+    ((1.0, 0.4, 0.05), (1.0, 0.4, 1.0)),
+    ((2.0, 1.0, 0.5), (-1.0, 0.5, 0.3)),
+    ((0.5, 0.2, 0.01), (0.0, math.sqrt(0.1), 0.52)),  # a sharp, nearly dense posterior against the paper's prior
+]
+
+
+@pytest.mark.parametrize("cls,exact", [(ThresholdedLaplace, thresholded_laplace_kl),
+                                       (ThresholdedNormal, thresholded_normal_kl)], ids=FAMILY_IDS)
+@pytest.mark.parametrize("q,p", KL_PAIRS)
+def test_registered_kl_is_the_kl_of_the_thresholded_laws(cls, exact, q, p):
+    # Against quadrature over the mixed measure, also for different thresholds
+    # in q and p, and through to_event as the mean-field ELBOs call it.
+    dq, dp = cls(*map(f64, q)), cls(*map(f64, p))
+    kl = kl_divergence(dq, dp)
+    assert torch.equal(kl, exact(dq, dp))
+    assert kl.item() == pytest.approx(_quadrature_kl(dq, dp), rel=1e-7, abs=1e-9)
+    assert kl.item() != pytest.approx(kl_divergence(dq.base_dist, dp.base_dist).item(), rel=1e-3)
+    batch = cls(f64([q[0], p[0]]), f64([q[1], p[1]]), f64([q[2], p[2]]))
+    assert torch.allclose(kl_divergence(batch.to_event(1), dp.expand([2]).to_event(1)),
+                          kl + kl_divergence(dp, dp))
+
+
+def test_normal_kl_without_threshold_is_the_normal_kl():
+    q, p = (0.7, 0.4), (-0.2, 1.3)
+    tiny = f64(1e-12)
+    kl = thresholded_normal_kl(ThresholdedNormal(*map(f64, q), tiny), ThresholdedNormal(*map(f64, p), tiny))
+    assert kl.item() == pytest.approx(kl_divergence(Normal(*map(f64, q)), Normal(*map(f64, p))).item(), rel=1e-9)
+
+
+@pytest.mark.parametrize("cls", [ThresholdedLaplace, ThresholdedNormal], ids=FAMILY_IDS)
+def test_kl_gradients_finite_at_extreme_gates(cls):
+    # Gates that round to 0 or 1 (λ/scale = 1e-3 or 40): no NaN in value or gradient.
+    loc = torch.tensor([0.0, 1.0, -2.0], dtype=torch.float64, requires_grad=True)
+    lam = torch.tensor([1e-3, 0.5, 40.0], dtype=torch.float64, requires_grad=True)
+    q = cls(loc, f64(1.0), lam)
+    assert torch.allclose(kl_divergence(q, q), torch.zeros(3, dtype=torch.float64), atol=1e-9)
+    kl = kl_divergence(q, cls(f64(0.0), f64(0.5), f64(0.2)))
+    assert torch.all(kl >= 0) and torch.all(torch.isfinite(kl))
+    kl.sum().backward()
+    assert torch.all(torch.isfinite(loc.grad)) and torch.all(torch.isfinite(lam.grad))
+
+
+@pytest.mark.parametrize("q,p", KL_PAIRS)
+def test_training_surrogates_of_a_prior(q, p):
+    # kl_objective of the second argument picks the ELBO's term: the paper's
+    # Eq. 5 base KL, or (Laplace) base KL + the gates' Bernoulli KL, which is
+    # the KL of (gate, slab value) and so bounds the exact KL from above.
+    dq = ThresholdedLaplace(*map(f64, q))
+    args = [f64(v) for v in p]
+    exact = kl_divergence(dq, ThresholdedLaplace(*args))
+    base = kl_divergence(dq, ThresholdedLaplace(*args, kl_objective="base"))
+    augmented = kl_divergence(dq, ThresholdedLaplace(*args, kl_objective="augmented"))
+    assert torch.equal(base, kl_divergence(dq.base_dist, Laplace(args[0], args[1])))
+    gate_q, gate_p = dq.gate, ThresholdedLaplace(*args).gate
+    bernoulli = gate_q * torch.log(gate_q / gate_p) + (1 - gate_q) * torch.log((1 - gate_q) / (1 - gate_p))
+    assert torch.allclose(augmented, base + bernoulli, rtol=1e-10)
+    assert augmented >= exact
+    normal = ThresholdedNormal(*map(f64, q))
+    assert torch.equal(kl_divergence(normal, ThresholdedNormal(*args, kl_objective="base")),
+                       kl_divergence(normal.base_dist, Normal(args[0], args[1])))
 
 
 @pytest.mark.parametrize(
@@ -339,50 +453,18 @@ def test_torch_normal_and_gamma_kl_match_monte_carlo(q, p, cls):
     assert abs(kl - mc.item()) < 5 * se.item()
 
 
-@pytest.mark.parametrize(
-    "q,p",
-    [
-        ((0.3, 0.5, 0.2), (0.0, 1.0, 0.5)),
-        ((-1.0, 2.0, 3.0), (0.5, 0.7, 0.1)),
-        ((1.0, 0.4, 0.05), (1.0, 0.4, 1.0)),
-    ],
-)
-def test_thresholded_laplace_kl_matches_monte_carlo(q, p):
-    dq = ThresholdedLaplace(*map(f64, q))
-    dp = ThresholdedLaplace(*map(f64, p))
-    kl = thresholded_laplace_kl(dq, dp).item()
-    mc, se = _mc_kl(dq, dp, n=50_000)
-    assert abs(kl - mc.item()) < 5 * se.item()
-    # The KL of the thresholded laws differs from the registered base KL.
-    assert kl != pytest.approx(
-        kl_divergence(dq.base_dist, dp.base_dist).item(), rel=1e-3
-    )
-
-
-def test_thresholded_laplace_kl_self_zero_and_grads_finite():
-    loc = torch.tensor([0.0, 1.0, -2.0], requires_grad=True)
-    lam = torch.tensor([1e-3, 0.5, 40.0], requires_grad=True)
-    q = ThresholdedLaplace(loc, 1.0, lam)
-    assert torch.allclose(thresholded_laplace_kl(q, q), torch.zeros(3), atol=1e-6)
-    p = ThresholdedLaplace(0.0, 0.5, 0.2)
-    kl = thresholded_laplace_kl(q, p)
-    assert torch.all(kl >= 0)
-    kl.sum().backward()
-    assert torch.all(torch.isfinite(loc.grad)) and torch.all(torch.isfinite(lam.grad))
-
-
 # --------------------------------------------------------------------------
 # Plumbing
 # --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("cls", [ThresholdedLaplace, ThresholdedNormal], ids=FAMILY_IDS)
-@pytest.mark.parametrize("straight_through", [True, False])
-def test_expand_keeps_straight_through_and_base(cls, straight_through):
-    # The generic expand contract is in test_distribution_contract.py; this is
-    # the class's own attribute and its base distribution.
-    d = cls(torch.tensor(0.5), torch.tensor([1.0, 2.0]), 0.3, straight_through=straight_through)
+@pytest.mark.parametrize("estimator", ["jump", "subgradient"])
+def test_expand_keeps_estimator_kl_objective_and_base(cls, estimator):
+    # The generic expand contract is in test_distribution_contract.py; these are
+    # the class's own attributes and its base distribution.
+    d = cls(torch.tensor(0.5), torch.tensor([1.0, 2.0]), 0.3, estimator=estimator, kl_objective="base")
     e = d.expand([4, 2])
-    assert e.straight_through is straight_through
+    assert e.estimator == estimator and e.kl_objective == "base"
     assert e.base_dist.batch_shape == (4, 2)
     assert torch.equal(e.gate, d.gate.expand(4, 2))

@@ -200,8 +200,8 @@ def test_pareto_khat_is_low_for_a_good_posterior_and_high_for_a_too_narrow_one(p
     assert (khat > 0.7).mean() <= 0.02
     fitted_posterior = ppca.guide.posterior
 
-    def too_narrow(x):
-        q = fitted_posterior(x).base_dist
+    def too_narrow(x, covariates=None):
+        q = fitted_posterior(x, covariates).base_dist
         return dist.Normal(q.loc, q.scale / 5).to_event(1)
 
     monkeypatch.setattr(ppca.guide, "posterior", too_narrow)

@@ -57,7 +57,7 @@ def test_unknown_layer_names_the_layers_there_are(adata):
 
 
 def test_layer_without_anndata_is_rejected(adata):
-    with pytest.raises(ValueError, match="layer='counts' selects a layer of an AnnData"):
+    with pytest.raises(ValueError, match="layer='counts' selects part of an AnnData"):
         pyro_sparse.train("vae", adata.X, layer="counts", **QUICK)
 
 

@@ -159,7 +159,7 @@ def test_conditional_samples_vary_only_active_dimensions(fitted, digits, monkeyp
     samples = fitted.conditional_samples(digits[:5], num_samples=3)
     assert samples.shape == (3, 5, 64) and np.isfinite(samples).all()
     # With every dimension switched off, all draws decode the zero code: identical samples.
-    monkeypatch.setattr(type(fitted), "_gates", lambda self, x: torch.zeros(len(x), 8))
+    monkeypatch.setattr(type(fitted), "_gates", lambda self, batch: torch.zeros(len(batch.x), 8))
     still = fitted.conditional_samples(digits[:5], num_samples=3)
     np.testing.assert_allclose(still[0], still[1])
     assert not np.allclose(samples[0], samples[1])

@@ -1,0 +1,102 @@
+"""
+Covariates: columns of a cell table (``adata.obs``) that enter the encoder and
+the decoder but are not factors.  Categorical columns (batch, donor) become
+one-hot blocks, the batch first; continuous columns are standardised with
+the training data's mean and standard deviation.  The encoding is fixed at
+training and saved with the model, so new data are encoded alike and a
+category the model never saw is an error.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from pyro_sparse.data.validation import DataError
+
+
+def _column(table, key, name):
+    if key not in table:
+        raise DataError(f"{name} has no column {key!r} (it has {list(table.columns)})")
+    return table[key]
+
+
+@dataclass
+class CovariateSpec:
+    """
+    The covariate layout: ``categorical`` maps each categorical key to its
+    categories in training order (the ``batch_key``'s block comes first),
+    ``continuous`` each continuous key to its training (mean, sd).
+    """
+
+    categorical: dict = field(default_factory=dict)
+    continuous: dict = field(default_factory=dict)
+    batch_key: str = None
+
+    @classmethod
+    def fit(cls, table, batch_key=None, categorical_keys=(), continuous_keys=(), name="adata.obs"):
+        """The layout of ``table``'s columns (a pandas DataFrame such as ``adata.obs``)."""
+        keys = ([batch_key] if batch_key is not None else []) + [k for k in categorical_keys if k != batch_key]
+        categorical = {}
+        for key in keys:
+            values = _column(table, key, name)
+            categories = list(values.cat.categories) if hasattr(values, "cat") else sorted(set(values))
+            categorical[key] = [str(category) for category in categories]
+        continuous = {}
+        for key in continuous_keys:
+            values = np.asarray(_column(table, key, name), dtype=np.float64)
+            if not np.all(np.isfinite(values)):
+                raise DataError(f"{name}[{key!r}] has NaN or infinite values")
+            continuous[key] = (float(values.mean()), float(values.std()) or 1.0)
+        return cls(categorical, continuous, batch_key)
+
+    @property
+    def width(self):
+        """C, the length of a data point's covariate vector."""
+        return sum(len(categories) for categories in self.categorical.values()) + len(self.continuous)
+
+    @property
+    def num_batches(self):
+        """Categories of the batch key (1 without one): the first ``num_batches`` covariates are its one-hot."""
+        return len(self.categorical[self.batch_key]) if self.batch_key is not None else 1
+
+    def encode(self, table, name="adata.obs"):
+        """The (N, C) float32 covariates of ``table``'s rows."""
+        blocks = []
+        for key, categories in self.categorical.items():
+            values = np.asarray(_column(table, key, name)).astype(str)
+            index = {category: i for i, category in enumerate(categories)}
+            unseen = sorted(str(value) for value in set(values) - set(index))
+            if unseen:
+                raise DataError(
+                    f"{name}[{key!r}] has categories the model was not trained on: {unseen[:5]} "
+                    f"(it knows {categories[:10]})"
+                )
+            blocks.append(np.eye(len(categories), dtype=np.float32)[[index[v] for v in values]])
+        for key, (mean, sd) in self.continuous.items():
+            values = np.asarray(_column(table, key, name), dtype=np.float64)
+            if not np.all(np.isfinite(values)):
+                raise DataError(f"{name}[{key!r}] has NaN or infinite values")
+            blocks.append(((values - mean) / sd).astype(np.float32)[:, None])
+        return torch.as_tensor(np.concatenate(blocks, axis=1))
+
+    def with_batch(self, covariates, batch):
+        """``covariates`` with every row's batch set to ``batch`` (counterfactual decoding)."""
+        if self.batch_key is None:
+            raise ValueError("the model was trained without a batch_key: there is no batch to set")
+        categories = self.categorical[self.batch_key]
+        if str(batch) not in categories:
+            raise DataError(f"batch {batch!r} is not one of the training batches {categories}")
+        covariates = covariates.clone()
+        covariates[:, : len(categories)] = 0.0
+        covariates[:, categories.index(str(batch))] = 1.0
+        return covariates
+
+    def to_config(self):
+        return {"categorical": self.categorical, "continuous": self.continuous, "batch_key": self.batch_key}
+
+    @classmethod
+    def from_config(cls, config):
+        return None if config is None else cls(config["categorical"], {k: tuple(v) for k, v in
+                                                                       config["continuous"].items()},
+                                               config["batch_key"])

@@ -1,0 +1,80 @@
+"""Count likelihoods with the library size as an offset: densities against scipy, a known dispersion recovered."""
+
+import numpy as np
+import pytest
+import scipy.stats as st
+import torch
+
+import pyro_sparse
+from pyro_sparse import Schedule
+from pyro_sparse.distributions.likelihoods import observation
+
+
+@pytest.fixture
+def setting():
+    generator = torch.Generator().manual_seed(0)
+    output = torch.randn(5, 4, generator=generator) - 3  # log proportions
+    log_library = torch.log(torch.tensor([100.0, 500.0, 1000.0, 2000.0, 50.0]))
+    theta = torch.tensor([0.5, 2.0, 10.0, 100.0])
+    zero_logits = torch.tensor([-2.0, 0.0, 1.0, -5.0])
+    counts = torch.as_tensor(np.random.default_rng(0).integers(0, 40, size=(5, 4)), dtype=torch.float32)
+    return output, log_library, theta, zero_logits, counts
+
+
+def test_poisson_matches_scipy(setting):
+    output, log_library, _, _, counts = setting
+    mean = (output + log_library[:, None]).exp()
+    ours = observation("poisson", output, log_library=log_library).base_dist.log_prob(counts)
+    np.testing.assert_allclose(ours.numpy(), st.poisson.logpmf(counts.numpy(), mean.numpy()), rtol=1e-5, atol=1e-5)
+
+
+def test_negative_binomial_matches_scipy_with_mean_and_inverse_dispersion(setting):
+    output, log_library, theta, _, counts = setting
+    mean = (output + log_library[:, None]).exp().numpy()
+    distribution = observation("negative_binomial", output, log_library=log_library, inverse_dispersion=theta)
+    expected = st.nbinom.logpmf(counts.numpy(), theta.numpy(), theta.numpy() / (theta.numpy() + mean))
+    np.testing.assert_allclose(distribution.base_dist.log_prob(counts).numpy(), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(distribution.mean.numpy(), mean, rtol=1e-5)
+    np.testing.assert_allclose(distribution.variance.numpy(), mean + mean**2 / theta.numpy(), rtol=1e-4)
+
+
+def test_zinb_adds_zeros_with_the_gate_probability(setting):
+    output, log_library, theta, zero_logits, counts = setting
+    mean = (output + log_library[:, None]).exp().numpy()
+    p = theta.numpy() / (theta.numpy() + mean)
+    gate = torch.sigmoid(zero_logits).numpy()
+    nb = st.nbinom.pmf(counts.numpy(), theta.numpy(), p)
+    expected = np.log(np.where(counts.numpy() == 0, gate + (1 - gate) * nb, (1 - gate) * nb))
+    distribution = observation("zinb", output, log_library=log_library, inverse_dispersion=theta,
+                               zero_logits=zero_logits)
+    np.testing.assert_allclose(distribution.base_dist.log_prob(counts).numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("likelihood", ["poisson", "negative_binomial", "zinb"])
+def test_count_likelihoods_sum_to_one(likelihood, setting):
+    output, log_library, theta, zero_logits, _ = setting
+    distribution = observation(likelihood, output[:1, :1] + 2, log_library=torch.zeros(1),
+                               inverse_dispersion=theta[:1], zero_logits=zero_logits[:1]).base_dist
+    support = torch.arange(0, 2000, dtype=torch.float32)[:, None, None]
+    assert distribution.log_prob(support).exp().sum().item() == pytest.approx(1.0, abs=1e-4)
+
+
+def test_a_known_dispersion_is_recovered():
+    """Counts with θ = 2 for half of the genes and θ = 50 for the others: the fitted θ order them and land close."""
+    rng = np.random.default_rng(1)
+    n, g = 1500, 20
+    codes = rng.normal(size=(n, 2))
+    loadings = rng.normal(scale=0.7, size=(2, g))
+    library = rng.integers(800, 1600, size=n)
+    proportions = np.exp(codes @ loadings)
+    proportions /= proportions.sum(1, keepdims=True)
+    mean = library[:, None] * proportions
+    theta = np.where(np.arange(g) < g // 2, 2.0, 50.0)
+    X = rng.negative_binomial(theta, theta / (theta + mean)).astype(np.float32)
+    fitted = pyro_sparse.train("vae", X, likelihood="negative_binomial", latent_dim=2, hidden_dims=(16,),
+                               max_epochs=60, batch_size=100, lr=0.02, progress=False, device="cpu",
+                               schedule=Schedule(kl_warmup_epochs=5))
+    fitted_theta = fitted.model.observation.log_inverse_dispersion.exp().detach().numpy()[0]
+    low, high = np.median(fitted_theta[: g // 2]), np.median(fitted_theta[g // 2:])
+    assert 1.4 < low < 2.8, fitted_theta
+    assert high > 15, fitted_theta

@@ -1,0 +1,100 @@
+"""The single-cell workflow: raw counts in an AnnData, a batch covariate, registration, counts out."""
+
+import numpy as np
+import pytest
+
+import pyro_sparse
+from pyro_sparse.data import DataError
+from pyro_sparse.io.anndata import setup_anndata
+
+anndata = pytest.importorskip("anndata")
+pandas = pytest.importorskip("pandas")
+
+QUICK = dict(latent_dim=3, hidden_dims=(16,), max_epochs=2, batch_size=50, progress=False, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def adata():
+    rng = np.random.default_rng(0)
+    n, g = 200, 25
+    codes = rng.normal(size=(n, 3))
+    loadings = (rng.random((3, g)) < 0.3) * rng.normal(size=(3, g))
+    batch = rng.integers(0, 2, n)
+    shift = rng.normal(size=g)
+    proportions = np.exp(codes @ loadings + batch[:, None] * shift)
+    proportions /= proportions.sum(1, keepdims=True)
+    library = rng.integers(300, 1500, n)
+    counts = rng.poisson(library[:, None] * proportions).astype(np.float32)
+    counts[counts.sum(1) == 0, 0] = 1
+    obs = pandas.DataFrame({"batch": pandas.Categorical([f"b{b}" for b in batch]),
+                            "cell_type": [f"t{k}" for k in codes.argmax(1)],
+                            "total": counts.sum(1).astype(float)},
+                           index=[f"cell{i}" for i in range(n)])
+    data = anndata.AnnData(np.log1p(counts), obs=obs)
+    data.var_names = [f"gene{j}" for j in range(g)]
+    data.layers["counts"] = counts
+    return data
+
+
+def test_one_call_with_a_batch_key(adata):
+    fitted = pyro_sparse.train("ssl_dgm", adata, likelihood="negative_binomial", layer="counts", batch_key="batch",
+                               **QUICK)
+    assert fitted.config["covariates"]["categorical"] == {"batch": ["b0", "b1"]}
+    codes = fitted.transform(adata)  # reads the same layer and covariates
+    assert codes.shape == (200, 3) and np.isfinite(codes).all()
+    normalized = fitted.get_normalized_expression(adata[:10], batch="b1", library_size=1e4)
+    np.testing.assert_allclose(normalized.sum(1), 1e4, rtol=1e-4)
+    assert not np.allclose(normalized, fitted.get_normalized_expression(adata[:10], batch="b0", library_size=1e4))
+    table = fitted.loadings()
+    assert set(table.columns) == {"feature", "factor", "weight", "inclusion_probability"}
+    assert set(table["feature"]) <= set(adata.var_names)
+
+
+def test_registration_is_read_by_train_and_transform(adata, tmp_path):
+    data = adata.copy()
+    setup_anndata(data, layer="counts", batch_key="batch", continuous_covariate_keys=["total"],
+                  size_factor_key="total")
+    fitted = pyro_sparse.train("vae", data, likelihood="zinb", **QUICK)
+    assert fitted.config["registration"]["size_factor_key"] == "total"
+    assert fitted.model.decoder.net[0].in_features == 3 + 2 + 1
+    path = tmp_path / "model.pt"
+    fitted.save(path)
+    loaded = pyro_sparse.load(path)
+    np.testing.assert_allclose(loaded.heldout_log_likelihood(data[:20], 3).shape, (20,))
+    np.testing.assert_array_equal(loaded.transform(data), fitted.transform(data))
+    fitted.write_to(data)
+    assert data.obsm["X_vae"].shape == (200, 3)
+
+
+def test_bad_registrations_and_new_categories_are_named(adata):
+    with pytest.raises(DataError, match="no column 'sample'"):
+        pyro_sparse.train("vae", adata, likelihood="poisson", layer="counts", batch_key="sample", **QUICK)
+    with pytest.raises(DataError, match="no column 'sample'"):
+        setup_anndata(adata.copy(), batch_key="sample")
+    fitted = pyro_sparse.train("vae", adata, likelihood="poisson", layer="counts", batch_key="batch", **QUICK)
+    new = adata[:5].copy()
+    new.obs["batch"] = pandas.Categorical(["b2"] * 5)
+    with pytest.raises(DataError, match=r"categories the model was not trained on: \['b2'\]"):
+        fitted.transform(new)
+    with pytest.raises(DataError, match="trained with covariates"):
+        fitted.transform(adata.layers["counts"])
+    with pytest.raises(ValueError, match="batch_key='batch' selects part of an AnnData"):
+        pyro_sparse.train("vae", adata.layers["counts"], batch_key="batch", **QUICK)
+
+
+@pytest.mark.parametrize("likelihood", ["poisson", "negative_binomial", "zinb"])
+def test_counts_must_be_counts(adata, likelihood):
+    counts = adata.layers["counts"]
+    with pytest.raises(DataError, match=f"negative values; the {likelihood} likelihood"):
+        pyro_sparse.train("vae", counts - 1, likelihood=likelihood, **QUICK)
+    with pytest.raises(DataError, match="non-integer values"):
+        pyro_sparse.train("vae", counts + 0.5, likelihood=likelihood, **QUICK)
+    empty = counts.copy()
+    empty[3] = 0
+    with pytest.raises(DataError, match="1 rows with no counts"):
+        pyro_sparse.train("vae", empty, likelihood=likelihood, **QUICK)
+
+
+def test_raw_counts_with_the_gaussian_likelihood_warn(adata):
+    with pytest.warns(UserWarning, match="look like raw counts.*negative_binomial"):
+        pyro_sparse.train("vae", adata.layers["counts"], **QUICK)
