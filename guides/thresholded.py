@@ -110,7 +110,8 @@ class ThresholdedGuide(AmortizedGuide):
         loc, scale = outputs[0], outputs[1].clamp(-15.0, 15.0).exp() * self.scale_warmup
         threshold = threshold_posterior = None
         if self.amortized_threshold:
-            threshold = scale * functional.softplus(-outputs[2])
+            # Clamped like the log-scale: γ stays in (3e-7, 1 - 3e-7), λ > 0.
+            threshold = scale * functional.softplus(-outputs[2].clamp(-15.0, 15.0))
         elif self.learn_threshold:
             log_limit = 13.815510557964274  # log 1e6
             concentration = outputs[2].clamp(-log_limit, log_limit).exp()

@@ -11,7 +11,7 @@ from pyro_sparse.io import serialization
 
 
 def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", max_epochs=200, batch_size=100,
-          lr=0.01, seed=0, device="auto", progress=True, layer=None, batch_key=None, optimization=None,
+          lr=None, seed=0, device="auto", progress=True, layer=None, batch_key=None, optimization=None,
           schedule=None, checkpointing=None, hardware=None, **hyperparameters):
     """
     Fit a registered model (``pyro_sparse.MODELS``) to ``data`` and return
@@ -28,7 +28,7 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
         ``"bernoulli"`` (0/1).
     :param int max_epochs: passes over the data.
     :param int batch_size: data points per step.
-    :param float lr: Adam learning rate.
+    :param float lr: Adam learning rate; ``None``: the model's default (0.01; ``tvsc``: 1e-3).
     :param int seed: seeds torch, numpy, Python and the minibatch order: same
         data, settings and seed give the same fit on the same machine.
     :param device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"``, ``"cuda:<i>"``.
@@ -37,7 +37,10 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
     :param str batch_key: an ``adata.obs`` column of batches, a covariate of encoder and decoder, not a factor
         (overrides the registration's; further covariates and library sizes: ``setup_anndata``).
     :param optimization: an :class:`~pyro_sparse.infer.config.Optimization` (global learning rate,
-        decay, particles per step).
+        decay, particles per step).  For ``optimization``, ``schedule`` and ``checkpointing``,
+        ``None`` is the model's default: the defaults of the classes, except ``tvsc``'s
+        ``Optimization(global_lr=0.1, lr_decay=0.99)`` and ``Checkpointing(on_divergence="rollback")``
+        (``MODELS[name].training_defaults``).
     :param schedule: a :class:`~pyro_sparse.infer.config.Schedule` (KL warm-up, validation, early stopping).
     :param checkpointing: a :class:`~pyro_sparse.infer.config.Checkpointing` (checkpoint files,
         resume, divergence handling).
@@ -55,11 +58,13 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
         raise DataError("train() needs data: an (N x G) array, tensor, sparse matrix or AnnData")
     if not is_count(latent_dim):
         raise ValueError(f"latent_dim must be a positive integer, got {latent_dim!r}")
+    defaults = {"lr": 0.01, **getattr(entry, "training_defaults", {})}
+    given = {"lr": lr, "optimization": optimization, "schedule": schedule, "checkpointing": checkpointing,
+             "hardware": hardware}
     settings = TrainingSettings(
-        max_epochs=max_epochs, batch_size=batch_size, lr=lr, seed=seed, device=device, progress=progress,
-        **{name: value for name, value in [("optimization", optimization), ("schedule", schedule),
-                                           ("checkpointing", checkpointing), ("hardware", hardware)]
-           if value is not None},
+        max_epochs=max_epochs, batch_size=batch_size, seed=seed, device=device, progress=progress,
+        **{name: defaults[name] if value is None else value for name, value in given.items()
+           if value is not None or name in defaults},
     )
     dataset = anndata_io.training_dataset(data, likelihood, layer, batch_key)
     if likelihood == "gaussian" and dataset.looks_like_counts():

@@ -195,7 +195,7 @@ class FittedModel:
         """
         The decoder mask as a table (pandas DataFrame), one row per non-zero
         entry: ``feature`` (gene), ``factor``, ``weight`` W_jk and, for the SSL
-        prior, ``inclusion_probability`` E[γ_jk]; sorted by factor, then |W_jk|.
+        prior, ``inclusion_probability`` E[γ_jk]; sorted by factor, then ``|W_jk|``.
         """
         import pandas as pd  # only this method needs pandas
 

@@ -9,6 +9,7 @@ and ``load`` (``nmf``, fitted by scikit-learn).
 """
 
 from pyro_sparse.baselines.nmf import NMF
+from pyro_sparse.infer.config import Checkpointing, Optimization
 from pyro_sparse.models import OIVAE, TVSC, VAE, VSC, SparseDGM
 from pyro_sparse.svi import SVIModel
 
@@ -19,8 +20,12 @@ MODELS = {
     "vae": SVIModel(VAE, "VAE / beta-VAE with a dense decoder (Kingma & Welling 2014; Higgins et al. 2017)"),
     "vsc": SVIModel(VSC, "variational sparse coding: spike-and-slab codes (Tonolini et al. 2019/2020)",
                     latent_prior="spike_slab"),
+    # A linear dictionary learns ~100x faster than the encoder (Fallah & Rozell, Appendix D: 0.5 vs 1e-2 with
+    # SGD); at train's lr = 0.01 the encoder diverges (benchmarks/results/sparse_coding_patches.md).
     "tvsc": SVIModel(TVSC, "thresholded variational sparse coding: soft-thresholded Laplace/Gaussian codes "
-                     "(Fallah & Rozell 2022)", latent_prior="thresholded_laplace"),
+                     "(Fallah & Rozell 2022)", latent_prior="thresholded_laplace",
+                     training_defaults={"lr": 1e-3, "optimization": Optimization(global_lr=0.1, lr_decay=0.99),
+                                        "checkpointing": Checkpointing(on_divergence="rollback")}),
     "oi_vae": SVIModel(OIVAE, "output-interpretable VAE: group-lasso latent-to-group maps, one generator per group "
                        "(Ainsworth et al. 2018)"),
     "nmf": NMF(),

@@ -62,7 +62,7 @@ def _named(kind, value, registered):
 
 
 def _prior_options(prior_class):
-    return [p for p in _parameters(prior_class) if p not in {"self", "num_features", "latent_dim"}]
+    return [p for p in _parameters(prior_class) if p not in {"self", "num_features", "latent_dim", "feature_names"}]
 
 
 def _options(cls, hyper):
@@ -106,12 +106,17 @@ def build_latent_prior(value, num_features, latent_dim, hyper):
     return prior_class(latent_dim=latent_dim, **sizes, **_options(prior_class, hyper))
 
 
-def build_mask_prior(value, num_features, latent_dim, hyper):
-    """A (G, K) mask prior from a registered name and its hyperparameters, or from a user's distribution."""
+def build_mask_prior(value, num_features, latent_dim, hyper, feature_names=None):
+    """
+    A (G, K) mask prior from a registered name and its hyperparameters, or from
+    a user's distribution; a prior whose constructor takes ``feature_names``
+    gets the data's (e.g. to align gene sets).
+    """
     if not isinstance(value, str):
         return DistributionSitePrior(value, (num_features, latent_dim))
     prior_class = _named("mask_prior", value, MASK_PRIORS)
-    return prior_class(num_features, latent_dim, **_options(prior_class, hyper))
+    names = {"feature_names": feature_names} if "feature_names" in _parameters(prior_class) else {}
+    return prior_class(num_features, latent_dim, **names, **_options(prior_class, hyper))
 
 
 def _prior_owners(name):
@@ -135,9 +140,12 @@ class SVIModel:
     models without a decoder mask.
     """
 
-    def __init__(self, model, summary, latent_prior="normal", mask_prior=None, elbo=TraceMeanField_ELBO):
+    def __init__(self, model, summary, latent_prior="normal", mask_prior=None, elbo=TraceMeanField_ELBO,
+                 training_defaults=None):
         self.model, self.summary, self.elbo = model, summary, elbo
         self.latent_prior, self.mask_prior = latent_prior, mask_prior
+        # What ``train`` uses for its settings left at None (``lr`` and config objects).
+        self.training_defaults = dict(training_defaults or {})
 
     # ------------------------------------------------------------ options
 
@@ -175,21 +183,31 @@ class SVIModel:
                 + f"; with these priors it accepts {allowed}"
             )
 
-    def resolve(self, summary, likelihood, hyper):
-        """The user's hyperparameters with data-calibrated defaults filled in (``model.data_defaults``)."""
+    def resolve(self, summary, likelihood, hyper, feature_names=None):
+        """
+        The user's hyperparameters with data-calibrated defaults filled in
+        (``model.data_defaults``), and a named mask prior's options as its
+        ``resolve_options(hyper, feature_names)`` records them (e.g. gene sets
+        aligned to the features, in JSON).
+        """
         hyper = dict(hyper)
         if "hidden_dims" in hyper:
             hyper["hidden_dims"] = check_hidden_dims(hyper["hidden_dims"])
+        mask_prior = hyper.get("mask_prior", self.mask_prior)
+        if self.mask_prior is not None and isinstance(mask_prior, str):
+            resolve_options = getattr(_named("mask_prior", mask_prior, MASK_PRIORS), "resolve_options", None)
+            hyper = hyper if resolve_options is None else resolve_options(hyper, feature_names)
         data_defaults = getattr(self.model, "data_defaults", None)
         return data_defaults(summary, likelihood, hyper) if data_defaults is not None else hyper
 
     # ------------------------------------------------------------ assembly
 
-    def build(self, summary, latent_dim, likelihood, hyper, covariates=None):
+    def build(self, summary, latent_dim, likelihood, hyper, covariates=None, feature_names=None):
         """
         Model, guide and ELBO for resolved hyperparameters (see :meth:`resolve`),
-        the training data's :class:`~pyro_sparse.data.DataSummary` and its
-        :class:`~pyro_sparse.data.covariates.CovariateSpec` (``None``: no covariates).
+        the training data's :class:`~pyro_sparse.data.DataSummary`, its
+        :class:`~pyro_sparse.data.covariates.CovariateSpec` (``None``: no covariates)
+        and its feature names (``None``: unnamed).
         """
         layout = {"covariate_dim": 0, "num_batches": 1} if covariates is None else {
             "covariate_dim": covariates.width, "num_batches": covariates.num_batches}
@@ -199,7 +217,7 @@ class SVIModel:
         priors = {"latent_prior": latent_prior}
         if self.mask_prior is not None:
             mask_prior = hyper.get("mask_prior", self.mask_prior)
-            priors["mask_prior"] = build_mask_prior(mask_prior, num_features, latent_dim, hyper)
+            priors["mask_prior"] = build_mask_prior(mask_prior, num_features, latent_dim, hyper, feature_names)
         model_parameters = _parameters(self.model)
         model = self.model(
             num_features, latent_dim=latent_dim, likelihood=likelihood, **priors, **layout,
@@ -248,7 +266,8 @@ class SVIModel:
         )
         hyper = {**config["hyperparameters"], **(custom_priors or {})}
         covariates = CovariateSpec.from_config(config.get("covariates"))
-        model, guide, elbo = self.build(summary, config["latent_dim"], config["likelihood"], hyper, covariates)
+        model, guide, elbo = self.build(summary, config["latent_dim"], config["likelihood"], hyper, covariates,
+                                        config.get("feature_names"))
         # Files written before the precision setting existed were trained in float32.
         set_decoder_precision(model, config["training"].get("precision", "fp32"))
         return model.to(device), guide.to(device), elbo
@@ -267,7 +286,7 @@ class SVIModel:
         train_data, validation_data = dataset.split(settings.schedule.validation_fraction, generator)
         check_training_data(train_data.summary, dataset.likelihood)
         _warn_batch_size(settings.batch_size, train_data.num_data)
-        hyper = self.resolve(train_data.summary, dataset.likelihood, hyper)
+        hyper = self.resolve(train_data.summary, dataset.likelihood, hyper, dataset.feature_names)
         custom_priors = {k: hyper[k] for k in PRIOR_ARGUMENTS if k in hyper and not isinstance(hyper[k], str)}
         config = self._config(name, dataset, train_data, latent_dim, hyper, custom_priors, settings)
         model, guide, elbo = self.assemble(config, device, custom_priors)

@@ -113,3 +113,15 @@ def test_time_to_quality_without_vae(tmp_path):
     run_script("time_to_quality.py", "--smoke", "--data", "binary", "--models", "ssl_dgm", "--lr", "0.01", "--out", stem)
     results = check_outputs(stem, [])["results"]["binary"]
     assert "time_to_target" not in results and {run["kind"] for run in results["models"].values()} == {"ssl_dgm"}
+
+
+def test_sparse_coding_patches_quick(tmp_path):
+    # --quick exits with status 1 (failing run_script) when the thresholded Laplacian's codes do not beat
+    # the all-zero code: learning broke.
+    run_script("sparse_coding_patches.py", "--quick", "--out", str(tmp_path))
+    stem = str(tmp_path / "sparse_coding_patches_quick")
+    results = check_outputs(stem, [stem + ".png"])
+    zero = results["config"]["zero_code_objective"]
+    (fista_run,), (tl,) = results["fista"], results["runs"]
+    assert tl["status"] == "ok" and tl["objective"] < zero and fista_run["objective"] < zero, (tl, zero)
+    assert results["wall_seconds"] < 120

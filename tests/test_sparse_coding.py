@@ -235,6 +235,16 @@ def test_input_validation_and_zero_dictionary():
         fista(torch.tensor(X[:, :9]), torch.tensor(A), 0.1)
     with pytest.raises(ValueError):
         fista(torch.tensor(X), torch.tensor(A), -1.0)
+    bad = X.copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(ValueError, match="X has non-finite"):
+        fista(bad, A, 0.1)
+    with pytest.raises(ValueError, match="X has non-finite"):
+        learn_dictionary(bad, 3, 0.1, num_epochs=1)
+    with pytest.raises(ValueError, match="dictionary has non-finite"):
+        fista(X, np.full_like(A, np.inf), 0.1)
+    with pytest.warns(UserWarning, match="larger than the 4 data points"):
+        learn_dictionary(X, 8, 0.1, num_epochs=1, batch_size=2)
     Z = fista(torch.tensor(X), torch.zeros(10, 5, dtype=torch.float64), 0.1)
     assert torch.equal(Z, torch.zeros(4, 5, dtype=torch.float64))
     # numpy inputs are accepted

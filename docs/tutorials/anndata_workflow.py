@@ -1,12 +1,13 @@
 """
-Tutorial: the sparse VAE on an AnnData (scanpy's and scvi-tools' container):
-train on a layer of raw counts, read factors as gene lists, write codes and
-loadings back into the AnnData, and evaluate new cells.
+Tutorial: the sparse VAE on single-cell counts in an AnnData (scanpy's and
+scvi-tools' container): register the raw counts and the batch once, fit with
+a negative binomial likelihood, read factors as gene lists, remove the batch
+effect at decode time, write codes and loadings back, and evaluate new cells.
 
 The cells here are simulated so the tutorial runs offline and the truth is
-known: 600 cells, 30 genes in three programs of ten genes each, every cell
-running one or two programs.  Swap in ``anndata.read_h5ad("cells.h5ad")``
-for real data.
+known: 600 cells from two batches, 30 genes in three programs of ten genes
+each, every cell running one or two programs, and a gene-wise batch shift.
+Swap in ``anndata.read_h5ad("cells.h5ad")`` for real data.
 
     python docs/tutorials/anndata_workflow.py
 """
@@ -17,29 +18,39 @@ import pandas as pd
 import scipy.sparse as sp
 
 import pyro_sparse
+from pyro_sparse.io.anndata import setup_anndata
 
-# --- simulated counts: program p raises the expression of genes 10p..10p+9.
+# --- simulated counts: program p raises the expression of genes 10p..10p+9;
+# batch b1 scales every gene by its own factor (a technical effect, not biology).
 rng = np.random.default_rng(0)
 num_cells, num_programs, genes_per_program = 600, 3, 10
 activity = rng.gamma(2.0, 1.0, size=(num_cells, num_programs)) * (rng.random((num_cells, num_programs)) < 0.5)
 loadings = np.kron(np.eye(num_programs), np.ones((1, genes_per_program)))  # programs x genes, block diagonal
-rates = 1.0 + 20.0 * activity @ loadings
-counts = rng.poisson(rates)
+batch = rng.random(num_cells) < 0.5
+shift = np.exp(rng.normal(0.0, 0.5, size=num_programs * genes_per_program))
+rates = (1.0 + 20.0 * activity @ loadings) * np.where(batch[:, None], shift, 1.0)
+counts = rng.negative_binomial(5, 5 / (5 + rates))
+counts[counts.sum(1) == 0, 0] = 1
 genes = [f"P{p}_gene{g}" for p in range(num_programs) for g in range(genes_per_program)]
 
 # The usual layout: raw counts in a (sparse) layer, normalised values in X.
 adata = anndata.AnnData(
     X=np.log1p(counts / counts.sum(1, keepdims=True) * 1e4).astype(np.float32),
-    obs=pd.DataFrame(index=[f"cell{i}" for i in range(num_cells)]),
+    obs=pd.DataFrame({"batch": pd.Categorical(np.where(batch, "b1", "b0"))},
+                     index=[f"cell{i}" for i in range(num_cells)]),
     var=pd.DataFrame(index=genes),
 )
 adata.layers["counts"] = sp.csr_matrix(counts)
+
+# --- register once (scvi-tools' convention): the counts layer and the batch,
+# a covariate of encoder and decoder rather than a factor.
+setup_anndata(adata, layer="counts", batch_key="batch")
 train, new = adata[:500].copy(), adata[500:].copy()
 
-# --- train on the counts layer with the multinomial likelihood.  A sparse
-# layer is never densified whole: one minibatch at a time.
+# --- fit: negative binomial counts with each cell's total as the library size.
+# A sparse layer is never densified whole: one minibatch at a time.
 fitted = pyro_sparse.train(
-    "ssl_dgm", train, layer="counts", likelihood="multinomial", latent_dim=5, max_epochs=60, seed=0, progress=False,
+    "ssl_dgm", train, likelihood="negative_binomial", latent_dim=5, max_epochs=60, seed=0, progress=False,
 )
 
 # --- factors as gene lists: the var_names were kept with the model.  Each
@@ -47,22 +58,26 @@ fitted = pyro_sparse.train(
 for k, top in enumerate(fitted.top_features(4)):
     if top:  # factors the SSL prior switched off have no genes
         print(f"factor {k}: {top}")
+print(fitted.loadings().head())  # one row per non-zero W_jk, with E[γ_jk]
+
+# --- denoised expression with the batch effect removed: decode every cell as if from batch b0.
+expression = fitted.get_normalized_expression(train, batch="b0", library_size=1e4)
+print("normalized expression:", expression.shape, "rows sum to", expression.sum(1)[:2].round(1))
 
 # --- write back: codes in obsm, W and its inclusion probabilities in varm.
 fitted.write_to(train)
 print("obsm:", list(train.obsm), " varm:", list(train.varm))
-print("codes:", train.obsm["X_ssl_dgm"].shape, " W:", train.varm["W_ssl_dgm"].shape)
 # With scanpy installed, the codes are an embedding like any other:
 #   scanpy.pp.neighbors(train, use_rep="X_ssl_dgm"); scanpy.tl.umap(train)
 
-# --- new cells: the model reads the layer it was trained on, and checks that
-# the genes are the training genes in the training order.
+# --- new cells: the model reads the layer and the covariates it was trained on,
+# and checks that the genes are the training genes in the training order.
 shuffled = new[:, list(reversed(genes))]
 try:
     fitted.transform(shuffled)
 except ValueError as error:  # a pyro_sparse.data.DataError
     print("refused:", str(error)[:90], "...")
-codes = fitted.transform(shuffled[:, fitted.config["feature_names"]])  # select the training genes, in order
+codes = fitted.get_latent_representation(shuffled[:, fitted.config["feature_names"]])
 print("codes of the new cells:", codes.shape)
 print(f"heldout log-likelihood per new cell: {fitted.heldout_log_likelihood(new, num_samples=20).mean():.1f}")
 

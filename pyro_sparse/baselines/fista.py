@@ -67,6 +67,7 @@ inference (a fixed lambda per solve).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -135,6 +136,9 @@ def _check_problem(X, dictionary, lam):
             f"X must have shape (N, D) with D = dictionary.shape[0] = {A.shape[0]}; "
             f"got {tuple(X.shape)}"
         )
+    for name, value in (("X", X), ("dictionary", A)):
+        if not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{name} has non-finite values (NaN or inf)")
     lam_t = _as_tensor(lam, like=A, name="lam")
     if bool((lam_t < 0).any()):
         raise ValueError("lam must be non-negative")
@@ -394,6 +398,12 @@ def learn_dictionary(
     n, d = X.shape
     if num_atoms < 1 or batch_size < 1 or num_epochs < 0:
         raise ValueError("num_atoms and batch_size must be >= 1, num_epochs >= 0")
+    if not bool(torch.isfinite(X).all()):
+        raise ValueError("X has non-finite values (NaN or inf)")
+    if num_atoms > n:
+        warnings.warn(f"a dictionary of {num_atoms} atoms is larger than the {n} data points can support "
+                      "(an atom is learned from the points that use it); use more data or fewer atoms",
+                      stacklevel=2)
     gen = torch.Generator().manual_seed(int(seed))
     A = _initial_dictionary(init, d, num_atoms, gen, dev, dt)
     run = _Training(

@@ -12,6 +12,7 @@ from sklearn.decomposition import NMF as SklearnNMF
 from sklearn.decomposition import non_negative_factorization
 
 from pyro_sparse.data import DataError, DataSummary
+from pyro_sparse.data.validation import OnDisk
 from pyro_sparse.fitted import evaluation_data, top_features
 from pyro_sparse.infer.config import setting_hint
 from pyro_sparse.io import serialization
@@ -28,6 +29,8 @@ def _as_float64(matrix):
 
 
 def _check_nonnegative(matrix, name):
+    if isinstance(matrix, OnDisk):
+        raise DataError(f"{name} is on disk (a backed AnnData); nmf fits in memory: load it with adata.to_memory()")
     values = matrix.data if sp.issparse(matrix) else matrix
     if values.size and values.min() < 0:
         raise DataError(f"{name} has negative values; NMF needs non-negative data (shift or clip it first)")

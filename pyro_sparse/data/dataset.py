@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from pyro_sparse.data.backed import BackedMatrix
 from pyro_sparse.data.validation import DataError, as_matrix, check_values, feature_names_of
 
 
@@ -53,8 +54,9 @@ class Dataset:
     """
     An (N, G) data matrix checked for one likelihood: a CPU float32 tensor,
     or a CSR matrix that is densified one minibatch at a time and never
-    whole.  Build one from user input with :meth:`from_data`; the
-    constructor trusts its arguments.
+    whole, in memory or on disk (a :class:`~pyro_sparse.data.backed.BackedMatrix`,
+    read in blocks and checked as it is read).  Build one from user input
+    with :meth:`from_data`; the constructor trusts its arguments.
 
     :param matrix: the values, as :func:`~pyro_sparse.data.validation.as_matrix` returns them.
     :param str likelihood: the observation model the values were checked for.
@@ -85,8 +87,14 @@ class Dataset:
         return cls(matrix, likelihood, names, layer, **annotations)
 
     def looks_like_counts(self):
-        """Whether every value is a non-negative integer and some exceed 1 (raw counts rather than measurements)."""
-        values = self.matrix.data if sp.issparse(self.matrix) else self.matrix.numpy()
+        """
+        Whether every value is a non-negative integer and some exceed 1 (raw
+        counts rather than measurements); for data on disk, judged from the first rows.
+        """
+        if isinstance(self.matrix, BackedMatrix):
+            values = self.matrix.read(np.arange(min(self.num_data, 10_000)), self.likelihood).data
+        else:
+            values = self.matrix.data if sp.issparse(self.matrix) else self.matrix.numpy()
         return bool(values.size and values.min() >= 0 and values.max() > 1 and np.all(values == np.round(values)))
 
     @property
@@ -99,12 +107,16 @@ class Dataset:
 
     @functools.cached_property
     def summary(self):
-        """Feature means and variances (float64), computed once."""
+        """Feature means and variances (float64), computed once (for data on disk, in one pass that checks it)."""
+        if isinstance(self.matrix, BackedMatrix):
+            return DataSummary(*self.matrix.shape, *self.matrix.moments(self.likelihood))
         return DataSummary.of(self.matrix)
 
     def rows(self, index, device="cpu"):
         """Rows ``index`` (an integer array) as a :class:`Batch` of dense float32 tensors on ``device``."""
-        if sp.issparse(self.matrix):
+        if isinstance(self.matrix, BackedMatrix):
+            x = torch.as_tensor(self.matrix.read(index, self.likelihood).toarray(), device=device)
+        elif sp.issparse(self.matrix):
             x = torch.as_tensor(self.matrix[index].toarray(), device=device)
         else:
             x = self.matrix[torch.as_tensor(index)].to(device)
@@ -114,13 +126,26 @@ class Dataset:
 
     def minibatches(self, batch_size, generator=None, device="cpu", shuffle=True):
         """The rows as :class:`Batch` objects, in an order drawn from ``generator`` (or in order)."""
-        order = torch.randperm(self.num_data, generator=generator) if shuffle else torch.arange(self.num_data)
+        order = self.epoch_order(batch_size, generator) if shuffle else torch.arange(self.num_data)
         for start in range(0, self.num_data, batch_size):
             yield self.rows(order[start : start + batch_size].numpy(), device)
 
+    def epoch_order(self, batch_size, generator=None):
+        """
+        The row order of one epoch, cut into minibatches of ``batch_size`` by
+        the caller: a uniform permutation, or for data on disk shuffled blocks
+        of rows (:meth:`~pyro_sparse.data.backed.BackedMatrix.epoch_order`).
+        """
+        if isinstance(self.matrix, BackedMatrix):
+            return self.matrix.epoch_order(batch_size, generator)
+        return torch.randperm(self.num_data, generator=generator)
+
     def subset(self, index):
         """The rows ``index`` (sorted integer array) as a new Dataset."""
-        matrix = self.matrix[index] if sp.issparse(self.matrix) else self.matrix[torch.as_tensor(index)]
+        if isinstance(self.matrix, BackedMatrix):
+            matrix = self.matrix.subset(index)
+        else:
+            matrix = self.matrix[index] if sp.issparse(self.matrix) else self.matrix[torch.as_tensor(index)]
         extra = [None if values is None else values[torch.as_tensor(index)]
                  for values in (self.covariates, self.library)]
         return Dataset(matrix, self.likelihood, self.feature_names, self.layer, *extra, spec=self.spec)

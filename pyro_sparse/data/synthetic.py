@@ -154,3 +154,86 @@ def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_co
     else:
         X = (rng.random(signal.shape) < 1 / (1 + np.exp(-signal))).astype(np.float64)
     return SyntheticData(X.astype(np.float32), z.astype(np.float32), support)
+
+
+@dataclass(frozen=True)
+class SyntheticGeneSets(SyntheticData):
+    """
+    Counts with known supports and a faulty annotation: ``X`` (N, G) counts,
+    ``z`` (N, K), ``support`` (G, K), ``library`` (N,) the size factors,
+    ``annotation`` (G, S) the memberships of the S annotated factors' gene
+    sets as given (with errors), ``feature_names`` and ``set_names``.
+    """
+
+    library: np.ndarray
+    annotation: np.ndarray
+    feature_names: tuple
+    set_names: tuple
+
+    def gene_sets(self):
+        """The annotation as ``{set name: [genes]}``."""
+        names = np.asarray(self.feature_names)
+        return {name: names[column].tolist() for name, column in zip(self.set_names, self.annotation.T)}
+
+
+# Links of the count generator: those of _LINKS that grow at most linearly,
+# so that exp of the signal stays within a few orders of magnitude.
+_COUNT_LINKS = tuple(_LINKS[i] for i in (0, 1, 3, 4))
+
+
+def synthetic_gene_set_counts(n=2000, num_genes=200, num_sets=6, set_size=20, num_unannotated=1,
+                              wrong_fraction=0.2, missing_fraction=0.2, library_size=2000.0,
+                              inverse_dispersion=10.0, effect=(0.5, 1.0), seed=0):
+    r"""
+    Negative binomial counts from a sparse nonlinear decoder, with gene sets
+    that annotate its supports imperfectly (issue 19, item 4).  Factors
+    z_i ~ N(0, I_K), K = ``num_sets`` + ``num_unannotated``; each factor
+    drives ``set_size`` genes drawn at random (a gene may have several), and
+
+    .. math::
+
+        x_{ig} \sim \mathrm{NB}\big(\text{mean } \ell_i\, e^{b_g + \sum_{k \in S_g} a_{gk} h_{gk}(z_{ik})},\ \theta\big),
+
+    with baseline proportions e^{b_g} (log-normal, summing to 1), effects
+    ``|a_gk|`` uniform in ``effect`` of random sign, links h_gk drawn from
+    {z, sin 2z, tanh 2z, ``|z|`` - E``|z|``} and size factors ℓ_i log-normal
+    around ``library_size`` (the mean count is ℓ_i times the proportion, as in
+    the count likelihoods; give ℓ as the observed library).  The first
+    ``num_sets`` factors are annotated: each set keeps its true members
+    except a ``missing_fraction`` of them and gains wrong genes (non-members)
+    until a ``wrong_fraction`` of its memberships are wrong.
+
+    :returns: :class:`SyntheticGeneSets`; float32 ``X`` and ``z``.
+    """
+    if not (0 <= wrong_fraction < 1 and 0 <= missing_fraction < 1):
+        raise ValueError(f"wrong_fraction and missing_fraction must be in [0, 1), got {wrong_fraction}, "
+                         f"{missing_fraction}")
+    if not 0 < set_size <= num_genes:
+        raise ValueError(f"set_size must be in [1, num_genes={num_genes}], got {set_size}")
+    num_factors = num_sets + num_unannotated
+    structure = np.random.default_rng([seed, 0])
+    support = np.zeros((num_genes, num_factors), dtype=bool)
+    for k in range(num_factors):
+        support[structure.choice(num_genes, size=set_size, replace=False), k] = True
+    links = structure.integers(len(_COUNT_LINKS), size=support.shape)
+    weights = structure.uniform(*effect, size=support.shape) * structure.choice([-1, 1], size=support.shape)
+    baseline = structure.normal(0.0, 0.5, size=num_genes)
+    baseline -= np.log(np.exp(baseline).sum())
+    annotation = np.zeros((num_genes, num_sets), dtype=bool)
+    for k in range(num_sets):
+        members, others = np.flatnonzero(support[:, k]), np.flatnonzero(~support[:, k])
+        kept = structure.choice(members, size=len(members) - round(missing_fraction * len(members)), replace=False)
+        wrong = structure.choice(others, size=round(wrong_fraction * len(kept) / (1 - wrong_fraction)), replace=False)
+        annotation[np.concatenate([kept, wrong]), k] = True
+    rng = np.random.default_rng([seed, 1, n])
+    z = rng.normal(size=(n, num_factors))
+    signal = np.zeros((n, num_genes))
+    for g, k in zip(*np.nonzero(support)):
+        signal[:, g] += weights[g, k] * _COUNT_LINKS[links[g, k]](z[:, k])
+    library = library_size * np.exp(rng.normal(0.0, 0.3, size=n))
+    mean = library[:, None] * np.exp(baseline + signal)
+    X = rng.negative_binomial(inverse_dispersion, inverse_dispersion / (inverse_dispersion + mean))
+    return SyntheticGeneSets(
+        X.astype(np.float32), z.astype(np.float32), support, library, annotation,
+        tuple(f"gene{g:03d}" for g in range(num_genes)), tuple(f"set{k}" for k in range(num_sets)),
+    )

@@ -11,6 +11,14 @@ class DataError(ValueError):
     """Data that a model cannot be fitted to or evaluated on, with the reason."""
 
 
+class OnDisk:
+    """
+    A matrix that stays on disk and is read in pieces
+    (:class:`~pyro_sparse.data.backed.BackedMatrix`): :func:`as_matrix` passes
+    it on and its values are checked as they are read, not by :func:`check_values`.
+    """
+
+
 # Models compute in float32: feature variances beyond this overflow its squares
 # of residuals, and below the lower bound (for real-valued data) every
 # variance the models store underflows to 0.
@@ -39,8 +47,11 @@ def as_matrix(data, name="data"):
     """
     A 2-D float32 matrix from a numpy array, torch tensor, pandas DataFrame or
     scipy.sparse matrix: dense input becomes a CPU torch tensor, sparse input
-    stays a CSR matrix (densified one minibatch at a time, never whole).
+    stays a CSR matrix (densified one minibatch at a time, never whole), a
+    matrix on disk (:class:`OnDisk`) stays there.
     """
+    if isinstance(data, OnDisk):
+        return data
     if sp.issparse(data):
         original = sp.csr_matrix(data)
         values, shape = original.data, original.shape
@@ -114,7 +125,9 @@ COUNT_DATA = ("multinomial", "poisson", "negative_binomial", "zinb")
 
 
 def check_values(matrix, likelihood, name="data"):
-    """Reject values the likelihood gives no density to."""
+    """Reject values the likelihood gives no density to (of a matrix on disk: as they are read)."""
+    if isinstance(matrix, OnDisk):
+        return
     values = matrix.data if sp.issparse(matrix) else matrix.numpy()
     if likelihood in COUNT_DATA:
         if np.any(values < 0):
@@ -158,7 +171,9 @@ def check_units(matrix, loc, scale, name="X"):
     more than ``MAX_STANDARDIZED_VALUE`` of the encoder's feature scales from
     its feature means (``loc``, ``scale``: the encoder's input standardisation).
     """
-    if sp.issparse(matrix):  # column extremes count the implicit zeros
+    if isinstance(matrix, OnDisk):
+        high, low = matrix.column_range()
+    elif sp.issparse(matrix):  # column extremes count the implicit zeros
         high, low = matrix.max(0).toarray().ravel(), matrix.min(0).toarray().ravel()
     else:
         high, low = matrix.amax(0).numpy(), matrix.amin(0).numpy()

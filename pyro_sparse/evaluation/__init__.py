@@ -5,6 +5,14 @@ from pyro_sparse.evaluation.collapse import (
     gradient_snr,
     posterior_collapse,
 )
+from pyro_sparse.evaluation.dictionary import (
+    SparseCodingReport,
+    code_density,
+    coherence,
+    dead_atoms,
+    dictionary_grid,
+    sparse_coding_report,
+)
 from pyro_sparse.evaluation.disentanglement import (
     dci_disentanglement,
     dci_from_importance,
@@ -28,6 +36,12 @@ from pyro_sparse.evaluation.support import (
 )
 
 __all__ = [
+    "SparseCodingReport",
+    "code_density",
+    "coherence",
+    "dead_atoms",
+    "dictionary_grid",
+    "sparse_coding_report",
     "FactorStability",
     "active_factors",
     "code_stability",

@@ -114,12 +114,16 @@ class Checkpointing:
         data and settings (``max_epochs`` may differ): the run ends with the same
         parameters as one that was never interrupted.  With ``max_epochs`` at or
         below the checkpoint's epoch, the saved model is returned untrained.
-    :param str on_divergence: when the loss or a parameter becomes NaN/inf,
+    :param str on_divergence: when the loss or a parameter becomes NaN/inf (or the loss spikes, see
+        ``spike_factor``),
         ``"raise"`` raises :class:`~pyro_sparse.infer.loop.TrainingDivergedError`
         (its ``fitted`` is the model at the end of the last good epoch);
         ``"rollback"`` returns to the start of the epoch, halves every learning
         rate and trains on, up to ``max_rollbacks`` times.
     :param int max_rollbacks: see ``on_divergence``.
+    :param float spike_factor: also count as a divergence a step whose loss exceeds
+        ``spike_factor`` times the median of the last 100 step losses, once the KL
+        warm-up is over (the loss is not yet stationary before); ``None``: only NaN/inf.
     """
 
     path: object = None
@@ -127,6 +131,7 @@ class Checkpointing:
     resume_from: object = None
     on_divergence: str = "raise"
     max_rollbacks: int = 3
+    spike_factor: float = None
 
     def __post_init__(self):
         _require(is_count(self.every), f"every must be a positive integer (epochs), got {self.every!r}")
@@ -134,6 +139,8 @@ class Checkpointing:
                  f"on_divergence must be 'raise' or 'rollback', got {self.on_divergence!r}")
         _require(is_count(self.max_rollbacks, minimum=0),
                  f"max_rollbacks must be a non-negative integer, got {self.max_rollbacks!r}")
+        _require(self.spike_factor is None or 1 < self.spike_factor < math.inf,
+                 f"spike_factor must be > 1 or None, got {self.spike_factor!r}")
 
 
 @dataclass(frozen=True)

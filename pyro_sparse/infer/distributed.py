@@ -1,9 +1,11 @@
 """
 Data-parallel training over :mod:`torch.distributed`.
 
-Every process (rank) holds the whole data set and the same modules.  Each
-epoch all ranks draw the same permutation (the minibatch generator has the
-same seed everywhere), cut it into the global batches of ``batch_size`` rows a
+Every process (rank) holds the whole data set (in memory, or the same file
+on disk) and the same modules.  Each epoch all ranks draw the same
+permutation (the minibatch generator has the same seed everywhere; for data
+on disk, shuffled blocks of rows: :mod:`pyro_sparse.data.backed`), cut it
+into the global batches of ``batch_size`` rows a
 single process would take, and rank ``r`` takes the ``r``-th of
 ``world_size`` near-equal slices of each: the data of
 :class:`torch.utils.data.DistributedSampler` with ``set_epoch``, but with the
@@ -90,7 +92,7 @@ class DataParallel:
         gradients over the ranks equals the single-process gradient of the
         global batch, also when the batch does not split evenly.
         """
-        order = torch.randperm(data.num_data, generator=generator)
+        order = data.epoch_order(batch_size, generator)
         for start in range(0, data.num_data, batch_size):
             batch = order[start : start + batch_size]
             share = torch.tensor_split(batch, self.world_size)[self.rank]

@@ -13,10 +13,13 @@ and their submodules, priors included) with training schedules define
 ``schedule(epoch, iteration)``, called before every step.
 """
 
+import collections
 import copy
 import math
+import time
 import warnings
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -25,10 +28,14 @@ from pyro_sparse.infer.config import TrainingSettings
 from pyro_sparse.infer.handlers import scale_local_latents
 from pyro_sparse.infer.importance import log_importance_weights
 
+#: Step losses whose median ``Checkpointing.spike_factor`` compares a step's loss with.
+SPIKE_WINDOW = 100
+
 
 class TrainingDivergedError(RuntimeError):
     """
-    The loss or a parameter became NaN or infinite.  ``history`` holds the
+    The loss or a parameter became NaN or infinite, or (with
+    ``Checkpointing.spike_factor``) the loss spiked.  ``history`` holds the
     losses up to the last good epoch; :func:`pyro_sparse.train` adds
     ``fitted``, the model as it was then.
     """
@@ -68,6 +75,21 @@ class SingleProcess:
     def mean(self, value):
         """The mean of a float over the processes."""
         return value
+
+
+class Throughput:
+    """Rows trained per second, shown in a progress bar's postfix at most every ``interval`` seconds."""
+
+    def __init__(self, bar, interval=2.0):
+        self.bar, self.interval = bar, interval
+        self.rows, self.since = 0, time.perf_counter()
+
+    def add(self, rows):
+        self.rows += rows
+        now = time.perf_counter()
+        if now - self.since >= self.interval and not self.bar.disable:
+            self.bar.set_postfix_str(f"{self.rows / (now - self.since):,.0f} rows/s")
+            self.rows, self.since = 0, now
 
 
 def adam_step_sizes(optimizer, param):
@@ -128,6 +150,7 @@ class Trainer:
         self.scheduled = [m for m in (*model.modules(), *guide.modules()) if hasattr(m, "schedule")]
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.watched = [t for t in (*params, *model.buffers(), *guide.buffers()) if t.is_floating_point()]
+        self.recent_losses = collections.deque(maxlen=SPIKE_WINDOW)  # step losses, for spike_factor
 
     @property
     def _live(self):
@@ -150,6 +173,7 @@ class Trainer:
         self.steps_per_epoch = math.ceil(train_data.num_data / self.batch_size)
         self.warmup_steps = max(1.0, settings.warmup_epochs * self.steps_per_epoch)
         bar = tqdm(total=settings.max_epochs, initial=self.loop.epoch, disable=not settings.progress, desc="epochs")
+        self.throughput = Throughput(bar)
         try:
             while self.loop.epoch < settings.max_epochs:
                 if not self._epoch(train_data):
@@ -170,6 +194,8 @@ class Trainer:
         try:
             for batch, weight in self.strategy.batches(data, self.batch_size, self.generator, self.device):
                 self._step(batch, weight, data.num_data)
+                # Rows of the global batch (the last may be short), also when this process took a slice.
+                self.throughput.add(min(self.batch_size, data.num_data - (self.num_steps - 1) * self.batch_size))
         except TrainingDivergedError as error:
             self._on_divergence(error)
             return False
@@ -183,6 +209,7 @@ class Trainer:
         warmup = min(1.0, (loop.step + 1) / self.warmup_steps)
         with scale_local_latents(warmup):
             loss = weight * self._differentiable_loss(batch, num_data)
+        self._check_spike(loss.item(), warmup)
         loss.backward()
         for prior, param in self.hooked:
             prior.before_step(param)
@@ -207,6 +234,20 @@ class Trainer:
             raise self._diverged(f"a distribution got arguments outside its support ({check})") from None
         self._check_finite([loss], "the loss")
         return loss
+
+    def _check_spike(self, loss, warmup):
+        """A step loss above ``spike_factor`` x the running median after the KL warm-up is a divergence."""
+        factor = self.settings.checkpointing.spike_factor
+        if factor is None:
+            return
+        if warmup < 1:
+            self.recent_losses.clear()
+            return
+        if len(self.recent_losses) == SPIKE_WINDOW:
+            median = float(np.median(self.recent_losses))
+            if loss > median + (factor - 1) * abs(median):
+                raise self._diverged(f"loss spike: {loss:.4g} > {factor:g} x the running median {median:.4g}")
+        self.recent_losses.append(loss)
 
     def _diverged(self, what):
         return TrainingDivergedError(f"training diverged at epoch {self.loop.epoch}, step {self.loop.step}: {what}")

@@ -16,6 +16,7 @@ from pyro_sparse.data import DataError
 from pyro_sparse.data.images import DatasetNotInstalledError
 from pyro_sparse.data.real import REAL_DATA
 from pyro_sparse.data.synthetic import synthetic_sparse_dgm
+from pyro_sparse.distributions.likelihoods import LIKELIHOODS
 from pyro_sparse.infer import distributed
 from pyro_sparse.infer.config import Checkpointing, Hardware, Schedule
 from pyro_sparse.infer.loop import TrainingDivergedError
@@ -178,6 +179,7 @@ def _train(args):
         args.model,
         X,
         layer=args.layer,
+        batch_key=args.batch_key,
         latent_dim=args.latent_dim,
         likelihood=args.likelihood or default_likelihood,
         max_epochs=args.epochs,
@@ -254,8 +256,8 @@ def build_parser():
         "see pyro_sparse.data.real) or a .csv/.tsv/.npy/.npz file",
     )
     fit.add_argument(
-        "--likelihood", default=None, choices=["gaussian", "multinomial", "bernoulli"],
-        help="default: the paper's for a real data set (multinomial for counts and ratings), else gaussian",
+        "--likelihood", default=None, choices=list(LIKELIHOODS),
+        help="default: the data set's for a real data set (e.g. negative_binomial for cell counts), else gaussian",
     )
     fit.add_argument("--latent-dim", type=int, default=5)
     fit.add_argument("--hidden-dims", type=_widths, default=None, help="comma-separated widths, e.g. 50,50,50")
@@ -284,6 +286,8 @@ def build_parser():
         help="any other hyperparameter of the model or its priors (repeatable), e.g. --option alpha=0.3",
     )
     fit.add_argument("--layer", default=None, help="for an .h5ad file: fit adata.layers[LAYER] instead of adata.X")
+    fit.add_argument("--batch-key", default=None,
+                     help="for an .h5ad file: an adata.obs column of batches, a covariate rather than a factor")
     fit.add_argument("--checkpoint", default=None, help="save the training state to this file every epoch")
     fit.add_argument("--resume", default=None, help="go on from a checkpoint file written by --checkpoint")
     fit.add_argument("--n", type=int, default=1000, help="data points for --data synthetic")

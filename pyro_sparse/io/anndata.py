@@ -2,12 +2,14 @@
 AnnData (the data container of scanpy and scvi-tools) in and out of
 :func:`pyro_sparse.train` and :class:`~pyro_sparse.fitted.FittedModel`.
 
-anndata is the optional ``anndata`` extra.  This module never imports it: an
-AnnData object can only exist once its user has imported anndata, so it is
-recognised through ``sys.modules`` and importing pyro_sparse stays light.
-The matrix handed on is ``adata.X`` or a layer as stored, so a sparse
-(CSR/CSC) matrix stays sparse and :meth:`pyro_sparse.data.Dataset.minibatches`
-densifies it one minibatch at a time.
+anndata is the optional ``anndata`` extra.  This module imports it only in
+:func:`read_backed`: an AnnData object can only exist once its user has
+imported anndata, so it is recognised through ``sys.modules`` and importing
+pyro_sparse stays light.  The matrix handed on is ``adata.X`` or a layer as
+stored, so a sparse (CSR/CSC) matrix stays sparse and
+:meth:`pyro_sparse.data.Dataset.minibatches` densifies it one minibatch at a
+time; a CSR matrix on disk (a backed AnnData's X) stays on disk and is read in
+blocks (:mod:`pyro_sparse.data.backed`).
 """
 
 import sys
@@ -16,6 +18,7 @@ import numpy as np
 import torch
 
 from pyro_sparse.data import DataError, Dataset, check_feature_names
+from pyro_sparse.data.backed import BackedMatrix, stored_on_disk
 from pyro_sparse.data.covariates import CovariateSpec
 
 
@@ -25,18 +28,47 @@ def is_anndata(data):
 
 
 def _matrix(adata, layer):
-    if adata.isbacked:
-        raise DataError(
-            "the AnnData is in backed mode (its matrix is on disk); load it into memory with "
-            "adata = adata.to_memory() first (a sparse matrix stays sparse)"
-        )
+    """``adata.X`` or a layer; one stored on disk as a :class:`~pyro_sparse.data.backed.BackedMatrix`."""
     if layer is None:
         if adata.X is None:
             raise DataError(f"adata.X is empty; pass layer= naming one of adata.layers {list(adata.layers)}")
-        return adata.X
-    if layer not in adata.layers:
+        matrix, where = adata.X, "adata.X"
+    elif layer not in adata.layers:
         raise DataError(f"adata.layers has no layer {layer!r} (it has {list(adata.layers)}); layer=None uses adata.X")
-    return adata.layers[layer]
+    else:
+        matrix, where = adata.layers[layer], f"adata.layers[{layer!r}]"
+    return BackedMatrix.of(matrix, where) if stored_on_disk(matrix) else matrix
+
+
+def read_backed(path):
+    """
+    An AnnData of the ``.h5ad`` file ``path`` whose X and sparse layers stay
+    on disk, to train on or evaluate larger than memory.  anndata's own
+    ``read_h5ad(path, backed="r")`` leaves only X there and reads the layers
+    (a ``layer="counts"``, say) into memory.  ``obs``, ``var``, ``obsm``,
+    ``varm`` and ``uns`` are read into memory (``obsp``, ``varp`` and ``raw``
+    are left out); the file stays open, read-only, while the AnnData lives.
+    """
+    import anndata
+    import h5py
+
+    try:
+        from anndata.io import read_elem, sparse_dataset
+    except ImportError:  # anndata < 0.11
+        from anndata.experimental import read_elem, sparse_dataset
+
+    try:
+        file = h5py.File(path, "r")
+    except OSError as error:
+        raise DataError(f"cannot open {str(path)!r} as an .h5ad file: {error}") from None
+
+    def element(key):
+        sparse = file[key].attrs.get("encoding-type") in ("csr_matrix", "csc_matrix")
+        return sparse_dataset(file[key]) if sparse else read_elem(file[key])
+
+    parts = {key: read_elem(file[key]) for key in ("obs", "var", "obsm", "varm", "uns") if key in file}
+    layers = {name: element(f"layers/{name}") for name in file.get("layers", {})}
+    return anndata.AnnData(X=element("X") if "X" in file else None, layers=layers, **parts)
 
 
 REGISTRATION_KEY = "pyro_sparse"

