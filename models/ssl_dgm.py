@@ -8,7 +8,7 @@ from pyro import poutine
 from torch import nn
 from torch.distributions import constraints
 
-from pyro_sparse.distributions.likelihoods import check_feature_subsample_size
+from pyro_sparse.distributions.likelihoods import COUNT_LIKELIHOODS, check_feature_subsample_size
 from pyro_sparse.nn import MaskedDecoder, ObservationModel
 from pyro_sparse.plates import data_plate
 from pyro_sparse.priors import (
@@ -68,10 +68,13 @@ class SparseDGM(nn.Module):
         normaliser couples all features.
     :param float feature_subsample_start_epoch: decode every feature for this
         many epochs, then subsample (the training loop calls :meth:`schedule`
-        before each step).  Make it outlast the KL warm-up: the codes are
-        pruned just after it, and a code the sparse decoder drops then rarely
-        comes back (once its column of W is exactly zero, W's likelihood
-        gradient there averages to zero).  Measured: docs/results/speed.rst,
+        before each step); ``None``: two epochs after the KL warm-up ends.
+        Make it outlast the warm-up: the codes are pruned just after it, and a
+        code the sparse decoder drops then rarely comes back (once its column
+        of W is exactly zero, W's likelihood gradient there averages to zero).
+        For the count likelihoods on 256 or more genes, ``train`` subsamples by
+        default: ``max(128, G // 4)`` genes per step (passing
+        ``feature_subsample_size=None`` turns it off).  Measured: docs/results/speed.rst,
         "Time to heldout quality".
     :param int covariate_dim: C, covariates given with the data (set by ``train``).
     :param int num_batches: categories of the batch covariate (set by ``train``).
@@ -94,7 +97,7 @@ class SparseDGM(nn.Module):
         noise_xi=1.0,
         memory_budget_bytes=2**30,
         feature_subsample_size=None,
-        feature_subsample_start_epoch=0.0,
+        feature_subsample_start_epoch=None,
         covariate_dim=0,
         num_batches=1,
         dispersion="gene",
@@ -106,11 +109,15 @@ class SparseDGM(nn.Module):
         self.feature_subsample_size = check_feature_subsample_size(
             feature_subsample_size, num_features, self.likelihood
         )
-        if not feature_subsample_start_epoch >= 0:
-            raise ValueError(f"feature_subsample_start_epoch must be >= 0, got {feature_subsample_start_epoch!r}")
-        if feature_subsample_start_epoch and feature_subsample_size is None:
-            raise ValueError("feature_subsample_start_epoch needs feature_subsample_size")
-        self.feature_subsample_start_epoch = float(feature_subsample_start_epoch)
+        if feature_subsample_start_epoch is not None:
+            if not feature_subsample_start_epoch >= 0:
+                raise ValueError(
+                    f"feature_subsample_start_epoch must be >= 0, got {feature_subsample_start_epoch!r}"
+                )
+            if feature_subsample_size is None:
+                raise ValueError("feature_subsample_start_epoch needs feature_subsample_size")
+            feature_subsample_start_epoch = float(feature_subsample_start_epoch)
+        self.feature_subsample_start_epoch = feature_subsample_start_epoch
         self.epoch = 0.0  # of training, set by schedule()
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
@@ -136,7 +143,12 @@ class SparseDGM(nn.Module):
 
     @classmethod
     def data_defaults(cls, summary, likelihood, hyper):
-        """Hyperparameters calibrated from the training data: ξ of the σ² prior (Appendix C.2)."""
+        """
+        Hyperparameters calibrated from the training data: ξ of the σ² prior
+        (Appendix C.2); for counts of many genes, feature subsampling.
+        """
+        if likelihood in COUNT_LIKELIHOODS and "feature_subsample_size" not in hyper and summary.num_features >= 256:
+            return {**hyper, "feature_subsample_size": max(128, summary.num_features // 4)}
         if likelihood != "gaussian":
             return hyper
         return calibrated_noise_xi(hyper, summary.feature_variances)
@@ -172,8 +184,13 @@ class SparseDGM(nn.Module):
                 pyro.sample("x", self.observation(output, noise_variance, log_library, covariates, features), obs=x)
 
     def check_schedule(self, kl_warmup_epochs):
-        """Warn, before training, when feature subsampling starts before the KL warm-up ends."""
-        if self.feature_subsample_size is not None and self.feature_subsample_start_epoch < kl_warmup_epochs:
+        """
+        Before training: start feature subsampling two epochs after the KL
+        warm-up unless told otherwise, and warn when told to start before it ends.
+        """
+        if self.feature_subsample_start_epoch is None:
+            self.feature_subsample_start_epoch = kl_warmup_epochs + 2.0
+        elif self.feature_subsample_size is not None and self.feature_subsample_start_epoch < kl_warmup_epochs:
             warnings.warn(
                 f"feature subsampling starts at epoch {self.feature_subsample_start_epoch:g}, before the KL warm-up "
                 f"ends (epoch {kl_warmup_epochs:g}): codes the sparse decoder drops as they are pruned rarely come "
@@ -192,7 +209,8 @@ class SparseDGM(nn.Module):
         ``feature_subsample_start_epoch`` on, ``None`` (all G) otherwise, so
         evaluation always uses every feature.
         """
-        subsampling = self.feature_subsample_size is not None and self.epoch >= self.feature_subsample_start_epoch
+        start = self.feature_subsample_start_epoch or 0.0  # None until train() plans it: from the start
+        subsampling = self.feature_subsample_size is not None and self.epoch >= start
         if not self.training or not subsampling:
             return None
         return torch.randperm(self.num_features, device=device)[: self.feature_subsample_size]

@@ -39,6 +39,9 @@ class TVSC(nn.Module):
         generator of the paper's Table 5, for 28x28 images).
     :param float dictionary_penalty: κ of the linear decoder's Frobenius penalty
         (Appendix D: 1e-4 for the variational methods, 1e-3 for FISTA).
+    :param bool shared_atom_norm: the linear decoder's atoms share one learned
+        norm (:class:`~pyro_sparse.priors.LinearGenerator`); ``False`` is the
+        paper's free atoms under the Frobenius penalty alone.
     :param float noise_variance: σ² of the Gaussian likelihood; ``train``
         sets it to half the mean feature variance (Eq. 12's 1/2 for
         standardised data) unless given.
@@ -60,6 +63,7 @@ class TVSC(nn.Module):
         beta=1.0,
         decoder="mlp",
         dictionary_penalty=1e-4,
+        shared_atom_norm=True,
         noise_variance=None,
         latent_prior=None,
         covariate_dim=0,
@@ -89,7 +93,7 @@ class TVSC(nn.Module):
         elif decoder == "conv":
             self.decoder = ConvDecoder28(num_features, latent_dim)
         else:
-            self.linear_generator = LinearGenerator(num_features, latent_dim, dictionary_penalty)
+            self.linear_generator = LinearGenerator(num_features, latent_dim, dictionary_penalty, shared_atom_norm)
         self.site_priors = nn.ModuleDict()
         self.latent_prior = ThresholdedLaplacePrior(latent_dim) if latent_prior is None else latent_prior
 

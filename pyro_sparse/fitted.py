@@ -212,6 +212,18 @@ class FittedModel:
         order = np.lexsort((-np.abs(table["weight"].to_numpy()), table["factor"].to_numpy()))
         return table.iloc[order].reset_index(drop=True)
 
+    def gene_set_changes(self, fdr=None):
+        """
+        Genes the fit added to or removed from each gene set of
+        ``mask_prior="gene_sets"``, with their posterior inclusion
+        probabilities E[γ_jk], as a pandas DataFrame; ``fdr=α`` keeps those the
+        Bayesian FDR rule calls at level α (:meth:`pyro_sparse.priors.GeneSetPrior.changes`).
+        """
+        prior = self._prior("W")
+        if not hasattr(prior, "changes"):
+            raise AttributeError(f"model {self.config['model']!r} was not trained with mask_prior='gene_sets'")
+        return prior.changes(fdr)
+
     def heldout_log_likelihood(self, X, num_samples=100):
         """Importance-weighted estimate of log p(x_i) per data point (Burda et al. 2016)."""
         if not is_count(num_samples):

@@ -225,6 +225,10 @@ class SVIModel:
         )
         guide = self._guide(model, latent_prior, summary, likelihood, hyper, layout["covariate_dim"])
         latent_prior.attach_guide(guide)
+        for name, prior in model.site_priors.items():
+            initialize = getattr(prior, "initialize", None)  # a prior may choose its site's starting point
+            if initialize is not None:
+                initialize(guide.unconstrained[name])
         if likelihood == "gaussian":
             _standardise(model, guide, summary)
         elif likelihood in COUNT_LIKELIHOODS:

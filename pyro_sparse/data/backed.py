@@ -6,8 +6,9 @@ backed="r")``, or a layer of :func:`pyro_sparse.io.anndata.read_backed`), and
 models see the same minibatches of dense float32 rows.
 
 Reading.  The row pointers (8 bytes a row) are read once; values and column
-indices are read as slices of contiguous rows, one HDF5 read per array, and
-rows less than a block apart in the file share a slice.  Reading rows
+indices are read as slices of contiguous rows, one HDF5 read per array (for
+rows asked for outside the epoch's blocks, rows less than a block apart
+share a slice).  Reading rows
 one at a time is slow: a few thousand rows/s against hundreds of thousands
 for slices of a few hundred rows (benchmarks/results/backed_data.md).
 
@@ -95,6 +96,10 @@ class _Store:
         self.path = group.file.filename
         self.where = f"{where} of {self.path!r}"
         self.signature = self._stat()
+        expected = group.file.id.get_filesize()  # where the HDF5 file ends, as written
+        if self.signature[0] < expected:
+            raise DataError(f"the backed file {self.path!r} is truncated: {self.signature[0]} bytes on disk, "
+                            f"{expected} written; write it again or copy it whole")
         self.bytes_read = 0  # values, column indices and row pointers read so far
         self._indptr = None
         self._arrays = {name: group[name] for name in ("data", "indices", "indptr")}
@@ -218,17 +223,19 @@ class BackedMatrix(OnDisk):
             windows = self._window_of[positions // self.block_rows]
             if len(np.unique(windows)) <= 2:
                 return self._from_windows(positions, windows, likelihood)
-        return self._read_file_rows(self._file_rows(positions), likelihood)
+        return self._read_file_rows(self._file_rows(positions), likelihood, gap_bytes=BLOCK_BYTES)
 
-    def _read_file_rows(self, file_rows, likelihood):
-        """Sorted rows of the file, checked; rows less than ``BLOCK_BYTES`` apart are read in one slice."""
+    def _read_file_rows(self, file_rows, likelihood, gap_bytes=0):
+        """Sorted rows of the file, checked; rows less than ``gap_bytes`` apart are read in one slice."""
         indptr = self.store.indptr
         starts, stops = indptr[file_rows], indptr[file_rows + 1]
         lengths = stops - starts
-        breaks = np.flatnonzero(starts[1:] - stops[:-1] > BLOCK_BYTES // self.store.bytes_per_value) + 1
+        breaks = np.flatnonzero(starts[1:] - stops[:-1] > gap_bytes // self.store.bytes_per_value) + 1
         first, last = np.r_[0, breaks], np.r_[breaks - 1, len(file_rows) - 1]
         values, indices = self.store.values(starts[first], stops[last])
-        if len(values) != lengths.sum():  # slices that span rows not asked for: keep the rows asked for
+        adjacent = starts[1:] == stops[:-1]
+        adjacent[breaks - 1] = True
+        if not adjacent.all():  # slices that span rows not asked for, or repeat rows: keep the rows asked for
             spans = stops[last] - starts[first]
             in_slice = np.repeat(np.arange(len(first)), last - first + 1)
             begins = (np.cumsum(spans) - spans)[in_slice] + starts - starts[first][in_slice]

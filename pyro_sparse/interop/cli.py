@@ -26,6 +26,65 @@ from pyro_sparse.registry import MODELS
 from pyro_sparse.svi import SVIModel
 
 
+def _read_npy(source):
+    try:
+        return np.load(source, allow_pickle=False), None
+    except (ValueError, OSError) as error:
+        raise DataError(f"{source!r} is not an array written by numpy.save (without pickling): {error}") from None
+
+
+def _read_npz(source):
+    try:
+        return sp.load_npz(source), None
+    except (ValueError, KeyError, zipfile.BadZipFile):
+        pass
+    try:
+        archive = np.load(source, allow_pickle=False)
+    except (ValueError, OSError, zipfile.BadZipFile) as error:
+        raise DataError(f"{source!r} is not an archive written by numpy.savez or scipy.sparse.save_npz: {error}") from None
+    with archive:
+        if len(archive.files) != 1:
+            raise DataError(f"{source!r} holds arrays {archive.files}; save exactly one") from None
+        return archive[archive.files[0]], None
+
+
+def _read_table(source):
+    """A numeric .csv/.tsv/.txt table, with an optional header row of names."""
+    delimiter = "\t" if source.lower().endswith(".tsv") else ","
+    with open(source) as stream:
+        header = [name.strip().strip('"').strip("'") for name in stream.readline().strip().split(delimiter)]
+    try:
+        [float(value) for value in header]
+        names, skip = None, 0
+    except ValueError:
+        names, skip = header, 1
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "input contained no data": reported below
+            X = np.loadtxt(source, delimiter=delimiter, skiprows=skip, ndmin=2)
+    except ValueError as error:
+        raise DataError(f"{source!r} is not a numeric table: {error}") from None
+    if X.size == 0:
+        raise DataError(f"{source!r} has no data rows")
+    return X, names
+
+
+def _read_h5ad(source):
+    try:
+        import anndata
+    except ImportError:
+        raise DataError(f"{source!r}: reading .h5ad files needs anndata (pip install anndata)") from None
+    try:
+        adata = anndata.read_h5ad(source)
+    except (OSError, ValueError, KeyError) as error:
+        raise DataError(f"{source!r} is not a readable .h5ad file: {error}") from None
+    return adata, list(adata.var_names)
+
+
+READERS = {".npy": _read_npy, ".npz": _read_npz, ".csv": _read_table, ".txt": _read_table, ".tsv": _read_table,
+           ".h5ad": _read_h5ad}
+
+
 def read_data(source, n=1000, rho=0.6, seed=0):
     """(X, feature names or None, truth or None, default likelihood) for ``--data``."""
     if source == "synthetic":
@@ -36,57 +95,13 @@ def read_data(source, n=1000, rho=0.6, seed=0):
         return data.X, list(data.feature_names), None, data.likelihood
     if not os.path.isfile(source):
         raise DataError(f"--data {source!r}: no such file (or use 'synthetic', {', '.join(REAL_DATA)})")
-    extension = os.path.splitext(source)[1].lower()
-    if extension == ".npy":
-        try:
-            return np.load(source, allow_pickle=False), None, None, "gaussian"
-        except (ValueError, OSError) as error:
-            raise DataError(f"{source!r} is not an array written by numpy.save (without pickling): {error}") from None
-    if extension == ".npz":
-        try:
-            return sp.load_npz(source), None, None, "gaussian"
-        except (ValueError, KeyError, zipfile.BadZipFile):
-            try:
-                archive = np.load(source, allow_pickle=False)
-            except (ValueError, OSError, zipfile.BadZipFile) as error:
-                raise DataError(
-                    f"{source!r} is not an archive written by numpy.savez or scipy.sparse.save_npz: {error}"
-                ) from None
-            with archive:
-                if len(archive.files) != 1:
-                    raise DataError(f"{source!r} holds arrays {archive.files}; save exactly one") from None
-                return archive[archive.files[0]], None, None, "gaussian"
-    if extension in (".csv", ".txt", ".tsv"):
-        delimiter = "\t" if extension == ".tsv" else ","
-        with open(source) as stream:
-            header = [name.strip().strip('"').strip("'") for name in stream.readline().strip().split(delimiter)]
-        try:
-            [float(value) for value in header]
-            names, skip = None, 0
-        except ValueError:
-            names, skip = header, 1
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # "input contained no data": reported below
-                X = np.loadtxt(source, delimiter=delimiter, skiprows=skip, ndmin=2)
-        except ValueError as error:
-            raise DataError(f"{source!r} is not a numeric table: {error}") from None
-        if X.size == 0:
-            raise DataError(f"{source!r} has no data rows")
-        return X, names, None, "gaussian"
-    if extension == ".h5ad":
-        try:
-            import anndata
-        except ImportError:
-            raise DataError(f"{source!r}: reading .h5ad files needs anndata (pip install anndata)") from None
-        try:
-            adata = anndata.read_h5ad(source)
-        except (OSError, ValueError, KeyError) as error:
-            raise DataError(f"{source!r} is not a readable .h5ad file: {error}") from None
-        return adata, list(adata.var_names), None, "gaussian"
-    raise DataError(
-        f"--data {source!r}: use 'synthetic', {', '.join(REAL_DATA)} or a .csv, .tsv, .npy, .npz or .h5ad file"
-    )
+    reader = READERS.get(os.path.splitext(source)[1].lower())
+    if reader is None:
+        raise DataError(
+            f"--data {source!r}: use 'synthetic', {', '.join(REAL_DATA)} or a .csv, .tsv, .npy, .npz or .h5ad file"
+        )
+    X, names = reader(source)
+    return X, names, None, "gaussian"
 
 
 def _mask(fitted):
@@ -165,39 +180,26 @@ def _figures(fitted, X, names, image_shape):
     return figures
 
 
-def _train(args):
-    X, names, truth, default_likelihood = read_data(args.data, args.n, args.rho, args.seed)
-    image_shape = _image_shape(args, X.shape[1])
-    os.makedirs(args.out, exist_ok=True)  # before training: a bad --out must not cost a run
+def _fit(args, X, default_likelihood):
+    """``train`` with the command line's settings."""
     hyper = dict(args.option)
     for key in ("lambda0", "lambda1", "beta", "latent_prior", "mask_prior"):
         if getattr(args, key) is not None:
             hyper[key] = getattr(args, key)
     if args.hidden_dims:
         hyper["hidden_dims"] = args.hidden_dims
-    fitted = train(
-        args.model,
-        X,
-        layer=args.layer,
-        batch_key=args.batch_key,
-        latent_dim=args.latent_dim,
-        likelihood=args.likelihood or default_likelihood,
-        max_epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        seed=args.seed,
-        device=args.device,
-        progress=not args.quiet,
+    return train(
+        args.model, X, layer=args.layer, batch_key=args.batch_key, latent_dim=args.latent_dim,
+        likelihood=args.likelihood or default_likelihood, max_epochs=args.epochs, batch_size=args.batch_size,
+        lr=args.lr, seed=args.seed, device=args.device, progress=not args.quiet,
         schedule=Schedule(validation_fraction=args.validation_fraction),
         checkpointing=Checkpointing(path=args.checkpoint, resume_from=args.resume),
         hardware=Hardware(precision=args.precision, strategy=args.strategy),
         **hyper,
     )
-    if not distributed.is_main_process():
-        return  # every rank ends with the same model; rank 0 reports and writes it
-    fitted.save(os.path.join(args.out, "model.pt"))
-    heldout = None if truth is None else synthetic_sparse_dgm(n=args.n, rho=args.rho, seed=args.seed + 10_000)
-    lines = _describe(fitted, names, heldout)
+
+
+def _write_summary(args, fitted, lines):
     summary = {
         "model": args.model,
         "data": args.data,
@@ -211,6 +213,20 @@ def _train(args):
         summary.update(eta=fitted.eta_.tolist(), inclusion_probs=fitted.inclusion_probs_.tolist())
     with open(os.path.join(args.out, "summary.json"), "w") as stream:
         json.dump(summary, stream, indent=2)
+    return summary
+
+
+def _train(args):
+    X, names, truth, default_likelihood = read_data(args.data, args.n, args.rho, args.seed)
+    image_shape = _image_shape(args, X.shape[1])
+    os.makedirs(args.out, exist_ok=True)  # before training: a bad --out must not cost a run
+    fitted = _fit(args, X, default_likelihood)
+    if not distributed.is_main_process():
+        return  # every rank ends with the same model; rank 0 reports and writes it
+    fitted.save(os.path.join(args.out, "model.pt"))
+    heldout = None if truth is None else synthetic_sparse_dgm(n=args.n, rho=args.rho, seed=args.seed + 10_000)
+    lines = _describe(fitted, names, heldout)
+    summary = _write_summary(args, fitted, lines)
     written = ["model.pt", "summary.json"]
     try:
         for name, figure in _figures(fitted, X, names, image_shape).items():

@@ -183,6 +183,17 @@ class GeneSetPrior(SpikeSlabLassoPrior):
         self.eta[:num_sets] = annotated.mean(0)
         self.inclusion_probs.copy_(self.prior_inclusion())
 
+    @torch.no_grad()
+    def initialize(self, mask):
+        """
+        Start W at the annotation: a set's factor starts on its set's genes
+        only (the other entries of its column at 0), so that factor k is set k
+        from the first step.  From W = 1 everywhere the codes settle on
+        arbitrary mixtures of the factors before the penalty separates the
+        sets, and the annotation ends up on the wrong codes.
+        """
+        mask[:, : self.num_sets].masked_fill_(~self.membership, 0.0)
+
     def _annotated_inclusion(self):
         """θ of the set factors, (G, S)."""
         return torch.where(self.membership, self.inside, self.outside)

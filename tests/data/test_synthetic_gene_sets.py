@@ -59,4 +59,4 @@ def test_same_seed_same_data():
 ])
 def test_bad_options(options, message):
     with pytest.raises(ValueError, match=message):
-        synthetic_gene_set_counts(n=10, num_genes=20, set_size=5, **options)
+        synthetic_gene_set_counts(**{"n": 10, "num_genes": 20, "set_size": 5, **options})

@@ -1,0 +1,85 @@
+"""mask_prior="gene_sets" through train and load: feature names reach the prior, the aligned sets are saved
+with the model, errors come before training, and the changes are reported."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import pyro_sparse
+from pyro_sparse.data.synthetic import synthetic_gene_set_counts
+
+QUICK = dict(hidden_dims=(8,), batch_size=100, max_epochs=2, progress=False, device="cpu",
+             likelihood="negative_binomial")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_gene_set_counts(n=200, num_genes=30, num_sets=2, set_size=6, num_unannotated=1, seed=0)
+
+
+def frame(data):
+    return pd.DataFrame(data.X, columns=list(data.feature_names))
+
+
+def test_the_prior_gets_the_feature_names_and_starts_w_at_the_annotation(data):
+    fitted = pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3,
+                               **{**QUICK, "max_epochs": 1}, mask_prior="gene_sets", gene_sets=data.gene_sets())
+    prior = fitted.model.site_priors["W"]
+    assert prior.feature_names == list(data.feature_names) and prior.set_names == ["set0", "set1"]
+    np.testing.assert_array_equal(prior.membership.numpy(), data.annotation)
+    assert fitted.config["hyperparameters"]["gene_sets"] == data.gene_sets()
+    assert fitted.config["hyperparameters"]["mask_prior"] == "gene_sets"
+
+
+def test_initialize_zeroes_the_sets_columns_outside_the_sets(data):
+    from pyro_sparse.priors import GeneSetPrior
+
+    prior = GeneSetPrior(30, 3, data.gene_sets(), data.feature_names)
+    mask = torch.ones(30, 3)
+    prior.initialize(mask)
+    np.testing.assert_array_equal(mask[:, :2].numpy(), data.annotation)
+    assert torch.all(mask[:, 2] == 1)
+
+
+def test_a_wrong_latent_dim_fails_before_training(data):
+    with pytest.raises(ValueError, match=r"latent_dim=5, but 2 gene sets \+ 1 free factors make 3 factors"):
+        pyro_sparse.train("ssl_dgm", frame(data), latent_dim=5, mask_prior="gene_sets", gene_sets=data.gene_sets(),
+                          num_free_factors=1, **QUICK)
+
+
+def test_unnamed_data_cannot_take_gene_sets(data):
+    with pytest.raises(ValueError, match="the data have no feature names"):
+        pyro_sparse.train("ssl_dgm", data.X, latent_dim=3, mask_prior="gene_sets", gene_sets=data.gene_sets(),
+                          **QUICK)
+
+
+def test_a_gmt_file_with_unknown_genes_trains_saves_and_loads_without_the_file(data, tmp_path):
+    gmt = tmp_path / "sets.gmt"
+    lines = [f"{name}\tdescription\t" + "\t".join([*genes, "NOT_A_GENE"]) for name, genes in data.gene_sets().items()]
+    gmt.write_text("\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match=r"name 1 of their \d+ genes that the data lack"):
+        fitted = pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, mask_prior="gene_sets", gene_sets=gmt,
+                                   inside=0.9, outside=0.05, **QUICK)
+    path = tmp_path / "model.pt"
+    fitted.save(path)
+    gmt.unlink()
+    loaded = pyro_sparse.load(path, device="cpu")
+    before, after = fitted.model.site_priors["W"], loaded.model.site_priors["W"]
+    assert type(after).__name__ == "GeneSetPrior" and (after.inside, after.outside) == (0.9, 0.05)
+    assert after.set_names == before.set_names and after.feature_names == before.feature_names
+    for name in ("membership", "eta", "inclusion_probs", "spike_rate"):
+        torch.testing.assert_close(getattr(after, name), getattr(before, name))
+    pd.testing.assert_frame_equal(loaded.gene_set_changes(), fitted.gene_set_changes())
+    np.testing.assert_allclose(loaded.transform(frame(data)), fitted.transform(frame(data)), rtol=1e-5, atol=1e-6)
+
+
+def test_gene_set_changes_needs_the_gene_set_prior(data):
+    fitted = pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, **QUICK)
+    with pytest.raises(AttributeError, match="not trained with mask_prior='gene_sets'"):
+        fitted.gene_set_changes()
+
+
+def test_gene_set_options_are_offered_and_misplaced_ones_named(data):
+    with pytest.raises(TypeError, match=r"'num_free_factors' belongs to mask_prior='gene_sets'"):
+        pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, num_free_factors=1, **QUICK)
