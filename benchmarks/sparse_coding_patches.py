@@ -38,13 +38,23 @@ Columns
   (``transform``: exactly 0 where P(z = 0) > 1/2); "FISTA re-coding": the same
   with FISTA's codes for the row's dictionary (scores the dictionary alone).
 * density: fraction of non-zero mode codes; dead atoms: used by no
-  validation patch; coherence: largest |cos| between two atoms
-  (``evaluation.dictionary``).
+  validation patch (and by none of the first 2,000 training patches);
+  coherence: largest |cos| between two atoms (``evaluation.dictionary``).
 * IWAE: −mean ``heldout_log_likelihood`` (nats per patch, importance weighted).
 * spikes: rollbacks triggered by a step loss above 10x the running median
   after the KL warm-up (the default ``Checkpointing(spike_factor=10)``), and
   NaN rollbacks; "epoch spikes": epochs whose mean loss is above 10x the
   median of the earlier post-warm-up epochs.
+
+``--ssl-dgm`` checks thresholded codes inside the sparse VAE instead (issue
+20, item 5): ``train("ssl_dgm", X, latent_dim=5, latent_prior="thresholded_laplace")``
+on ``synthetic_correlated_factors`` (3 correlated factors with anchors, 30
+features, 2,000 training / 1,000 held-out points), with the prior's defaults
+(b0 = 0.1, λ0 = 0.25) and with unit-scale codes (b0 = 1, λ0 = 1: 37 %
+non-zero a priori), against the Gaussian-latent ``ssl_dgm``: the share of
+exact zeros in the codes, F(W) of the decoder support (``match_factors``,
+``support_f_score``) and the held-out NLL (100 importance samples); writes
+``results/sparse_coding_patches_ssl_dgm.json`` / ``.md``.
 
 Writes ``results/sparse_coding_patches{tag}.json`` / ``.md`` / ``.png``
 (dictionaries of FISTA and of the thresholded Laplacian, seed of the first
@@ -53,6 +63,7 @@ run, and the per-atom usage).
     python benchmarks/sparse_coding_patches.py --quick           # < 2 min
     python benchmarks/sparse_coding_patches.py                   # 8x8, 3 seeds, every row
     python benchmarks/sparse_coding_patches.py --patch-size 16 --atoms 256 --methods thr_laplace tl_paper --tag _16
+    python benchmarks/sparse_coding_patches.py --ssl-dgm
 """
 
 import argparse
@@ -76,14 +87,22 @@ import pyro_sparse  # noqa: E402
 from pyro_sparse import Checkpointing, Optimization  # noqa: E402
 from pyro_sparse.baselines.fista import fista, learn_dictionary  # noqa: E402
 from pyro_sparse.data.patches import whitened_patches  # noqa: E402
-from pyro_sparse.evaluation import feature_collapse, multi_information  # noqa: E402
-from pyro_sparse.evaluation.dictionary import dictionary_grid, sparse_coding_report  # noqa: E402
+from pyro_sparse.data.synthetic import synthetic_correlated_factors  # noqa: E402
+from pyro_sparse.evaluation import (  # noqa: E402
+    feature_collapse,
+    heldout_nll,
+    match_factors,
+    multi_information,
+    support_f_score,
+)
+from pyro_sparse.evaluation.dictionary import dead_atoms, dictionary_grid, sparse_coding_report  # noqa: E402
 from pyro_sparse.infer.loop import TrainingDivergedError  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 LAM = 20.0  # Eq. 10's λ: ~10 % non-zero FISTA codes in the paper (Sec. 4.1)
 SPIKE_FACTOR = 10.0
+TRAIN_USAGE_POINTS = 2000  # training patches on which dead atoms are counted too
 
 # Table 1 rows in the paper's order: (label, model, options).
 TABLE1 = {
@@ -103,6 +122,7 @@ VARIANTS = {
     "tl_fixed_threshold": ("TL, q uses λ0", "tvsc", dict(amortized_threshold=False)),
     "tl_straight_through": ("TL, straight-through (Eq. 4)", "tvsc", dict(estimator="straight_through")),
     "tl_subgradient": ("TL, subgradient", "tvsc", dict(estimator="subgradient")),
+    "tl_shared_norm": ("TL, atoms of one shared norm", "tvsc", dict(shared_atom_norm=True)),
     "tl_J20": ("TL, J = 20 max-ELBO (Eq. 9)", "tvsc", dict(num_particles=20)),
     "tl_paper": ("TL, paper's recipe", "tvsc", dict(estimator="straight_through", kl="base",
                                                      amortized_threshold=False, scale_warmup_start=0.1)),
@@ -132,6 +152,7 @@ def parse_args(argv=None):
     p.add_argument("--iwae-samples", type=int, default=50)
     p.add_argument("--mi-points", type=int, default=2000)
     p.add_argument("--quick", action="store_true", help="8x8, 5000/1000 patches, 10 epochs, seed 0, TL only")
+    p.add_argument("--ssl-dgm", action="store_true", help="thresholded codes in ssl_dgm on correlated factors")
     p.add_argument("--out", default=str(RESULTS), help="output folder")
     p.add_argument("--tag", default="", help="suffix of the output files")
     args = p.parse_args(argv)
@@ -155,8 +176,10 @@ def run_fista(args, data, seed):
     seconds = time.perf_counter() - t0
     codes = fista(V, A, LAM, num_iterations=2000, tol=1e-5)
     report = sparse_coding_report(V, A, codes, LAM)
+    train_codes = fista(X[:TRAIN_USAGE_POINTS], A, LAM, num_iterations=2000, tol=1e-5)
     return dict(key=f"fista/seed{seed}", row="fista", seed=seed, status="ok", train_seconds=seconds,
-                **report.as_dict(), dictionary=A.numpy().tolist())
+                **report.as_dict(), dead_atoms_train=len(dead_atoms(train_codes.numpy())),
+                dictionary=A.numpy().tolist())
 
 
 def vsc_schedule(args, steps_per_epoch):
@@ -172,8 +195,8 @@ def train_options(args, row, seed, num_train):
     _, model, options = ROWS[row]
     options = dict(options)
     J = options.pop("num_particles", 1)
-    if model == "vsc":
-        options.update(vsc_schedule(args, math.ceil(num_train / 100)))
+    if model == "vsc":  # the encoder of tvsc's linear generator (one layer of 4G units)
+        options.update(vsc_schedule(args, math.ceil(num_train / 100)), hidden_dims=(4 * args.patch_size**2,))
     return model, dict(
         decoder="linear", latent_dim=args.atoms, max_epochs=args.epochs, batch_size=100, lr=1e-3, seed=seed,
         progress=False, device="cpu",
@@ -219,6 +242,7 @@ def run_variational(args, data, row, seed):
     A = fitted.guide.point_estimate("A").detach()
     codes = fitted.transform(V)
     rec.update(sparse_coding_report(V, A, codes, LAM).as_dict())
+    rec["dead_atoms_train"] = len(dead_atoms(fitted.transform(data.train[:TRAIN_USAGE_POINTS])))
     rec["dictionary"] = A.numpy().tolist()
     n = min(args.iwae_points, V.shape[0])
     rec["iwae"] = float(-np.mean(fitted.heldout_log_likelihood(V[:n], num_samples=args.iwae_samples)))
@@ -262,6 +286,7 @@ def targets(fista_recs, runs, zero):
         recode = stats(recs, "fista_objective")[0]
         density = stats(recs, "density")[0]
         dead = stats(recs, "dead_atoms")[0]
+        dead_train = stats(recs, "dead_atoms_train")[0]
         K = len(recs[0]["atom_usage"])
         spikes = sum(r.get("spike_rollbacks", 0) + r.get("nan_rollbacks", 0) + r.get("epoch_spikes", 0)
                      for rows in by_row.values() for r in rows)
@@ -271,7 +296,8 @@ def targets(fista_recs, runs, zero):
             "objective >= 30% below the zero code": (mean[best], 0.7 * zero, mean[best] <= 0.7 * zero),
             "FISTA re-coding <= 1.2x FISTA's dictionary": (recode, 1.2 * fista_obj, recode <= 1.2 * fista_obj),
             "code density in [1%, 20%]": (density, (0.01, 0.2), 0.01 <= density <= 0.2),
-            "dead atoms <= 10%": (dead, 0.1 * K, dead <= 0.1 * K),
+            "dead atoms <= 10% (validation patches)": (dead, 0.1 * K, dead <= 0.1 * K),
+            "dead atoms <= 10% (training patches)": (dead_train, 0.1 * K, dead_train <= 0.1 * K),
             "spikes / rollbacks, all rows and seeds": (spikes, 0, spikes == 0),
         }
     order = ["thr_laplace", "spike_slab", "laplacian", "gaussian"]
@@ -290,11 +316,12 @@ def markdown(args, config, fista_recs, runs, verdicts, wall):
              f"{', '.join(config['validation_images'])}), K = {args.atoms} atoms, {args.epochs} epochs, batch 100, "
              f"seeds {args.seeds}; one process, one torch thread. Wall clock **{wall / 60:.1f} min**. "
              "Cells: mean ± sd over seeds.\n")
-    L.append("| row | objective (mode codes) | FISTA re-coding | density | dead atoms | coherence max | "
-             "mean ‖a‖ | IWAE (nats) | spikes (step / NaN / epoch) | train s |")
+    L.append("| row | objective (mode codes) | FISTA re-coding | density | dead atoms (validation / training) | "
+             "coherence max | mean ‖a‖ | IWAE (nats) | spikes (step / non-finite / epoch) | train s |")
     L.append("|---|---|---|---|---|---|---|---|---|---|")
     L.append(f"| FISTA | {cell(fista_recs, 'objective')} | {cell(fista_recs, 'fista_objective')} | "
-             f"{cell(fista_recs, 'density', '.2g', 100, '%')} | {cell(fista_recs, 'dead_atoms', '.2g')} | "
+             f"{cell(fista_recs, 'density', '.2g', 100, '%')} | {cell(fista_recs, 'dead_atoms', '.2g')} / "
+             f"{cell(fista_recs, 'dead_atoms_train', '.2g')} | "
              f"{cell(fista_recs, 'coherence_max', '.2f')} | {cell(fista_recs, 'mean_atom_norm', '.2f')} | – | – | "
              f"{cell(fista_recs, 'train_seconds', '.0f')} |")
     for row in args.methods:
@@ -304,7 +331,8 @@ def markdown(args, config, fista_recs, runs, verdicts, wall):
         spikes = "/".join(str(sum(r.get(k, 0) for r in recs)) for k in ("spike_rollbacks", "nan_rollbacks",
                                                                           "epoch_spikes"))
         L.append(f"| {ROWS[row][0]} | {cell(recs, 'objective')} | {cell(recs, 'fista_objective')} | "
-                 f"{cell(recs, 'density', '.2g', 100, '%')} | {cell(recs, 'dead_atoms', '.2g')} | "
+                 f"{cell(recs, 'density', '.2g', 100, '%')} | {cell(recs, 'dead_atoms', '.2g')} / "
+                 f"{cell(recs, 'dead_atoms_train', '.2g')} | "
                  f"{cell(recs, 'coherence_max', '.2f')} | {cell(recs, 'mean_atom_norm', '.2f')} | "
                  f"{cell(recs, 'iwae', '.4g')} | {spikes} | {cell(recs, 'train_seconds', '.0f')} |")
     L.append(f"| *all codes 0* | {zero:.3g} | – | 0% | – | – | – | – | – | – |\n")
@@ -358,6 +386,57 @@ def figure(path, fista_rec, tl_rec):
     plt.close(fig)
 
 
+# --------------------------------------------------------------------------- thresholded codes in ssl_dgm
+
+SSL_DGM_ROWS = {
+    "gaussian": ("Gaussian codes (ssl_dgm default)", {}),
+    "thresholded": ("thresholded Laplace, prior defaults (b0 = 0.1, λ0 = 0.25)",
+                    {"latent_prior": "thresholded_laplace"}),
+    "thresholded_unit": ("thresholded Laplace, b0 = 1, λ0 = 1",
+                         {"latent_prior": "thresholded_laplace", "prior_scale": 1.0, "threshold": 1.0}),
+}
+
+
+def ssl_dgm_check(args, stem):
+    """Issue 20, item 5: exact zeros, F(W) and held-out NLL of thresholded codes inside ssl_dgm."""
+    wall0, runs = time.perf_counter(), []
+    for seed in args.seeds:
+        train = synthetic_correlated_factors(n=2000, num_factors=3, num_features=30, seed=seed)
+        test = synthetic_correlated_factors(n=1000, num_factors=3, num_features=30, seed=seed)
+        for row, (label, options) in SSL_DGM_ROWS.items():
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fitted = pyro_sparse.train("ssl_dgm", train.X, latent_dim=5, seed=seed, progress=False, **options)
+            codes = fitted.transform(train.X)
+            matching = match_factors(codes, train.z)
+            runs.append(dict(row=row, seed=seed, zeros=float((codes == 0).mean()),
+                             zeros_per_code=(codes == 0).mean(0).tolist(),
+                             f_score=support_f_score(fitted.W_, train.support, matching),
+                             nll=heldout_nll(fitted.heldout_log_likelihood(test.X, num_samples=100)),
+                             seconds=time.perf_counter() - t0))
+            print(f"[{time.perf_counter() - wall0:5.0f}s] ssl_dgm {row} seed {seed}: zeros "
+                  f"{100 * runs[-1]['zeros']:.0f}%, F(W) {runs[-1]['f_score']:.3f}, NLL {runs[-1]['nll']:.2f}",
+                  flush=True)
+    gaussian_nll = stats([dict(r, status="ok") for r in runs if r["row"] == "gaussian"], "nll")
+    L = ["## Thresholded codes inside the sparse VAE (issue 20, item 5)\n",
+         f"`python benchmarks/sparse_coding_patches.py --ssl-dgm` — `ssl_dgm` (K = 5, its defaults: 200 epochs) on "
+         "`synthetic_correlated_factors` (3 correlated factors with anchors, 30 features; 2,000 training, 1,000 "
+         f"held-out points), seeds {args.seeds}; mean ± sd. Wall clock {(time.perf_counter() - wall0) / 60:.1f} min."
+         "\n",
+         "Targets: 30-90 % exact zeros, F(W) >= 0.7, held-out NLL within one sd of the Gaussian codes' "
+         f"({gaussian_nll[0]:.2f} ± {gaussian_nll[1]:.2f}).\n",
+         "| codes | exact zeros | F(W) | held-out NLL | NLL − Gaussian's | s per fit |", "|---|---|---|---|---|---|"]
+    for row, (label, _) in SSL_DGM_ROWS.items():
+        recs = [dict(r, status="ok") for r in runs if r["row"] == row]
+        gap = stats(recs, "nll")[0] - gaussian_nll[0]
+        L.append(f"| {label} | {cell(recs, 'zeros', '.2g', 100, '%')} | {cell(recs, 'f_score', '.3f')} | "
+                 f"{cell(recs, 'nll', '.4g')} | {gap:+.2f} | {cell(recs, 'seconds', '.0f')} |")
+    stem.with_suffix(".json").write_text(json.dumps(dict(config=vars(args), runs=runs), default=float))
+    stem.with_suffix(".md").write_text("\n".join(L) + "\n")
+    print(f"wrote {stem}.json/.md", flush=True)
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -367,6 +446,9 @@ def main(argv=None):
     wall0 = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.ssl_dgm:
+        ssl_dgm_check(args, out / f"sparse_coding_patches_ssl_dgm{args.tag}")
+        return 0
     stem = out / f"sparse_coding_patches{args.tag}"
     data = whitened_patches(args.num_train, patch_size=args.patch_size, seed=0, num_validation=args.num_val)
     zero = float(0.5 * (data.validation.astype(np.float64) ** 2).sum(1).mean())

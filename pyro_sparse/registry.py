@@ -25,7 +25,7 @@ MODELS = {
     "tvsc": SVIModel(TVSC, "thresholded variational sparse coding: soft-thresholded Laplace/Gaussian codes "
                      "(Fallah & Rozell 2022)", latent_prior="thresholded_laplace",
                      training_defaults={"lr": 1e-3, "optimization": Optimization(global_lr=0.1, lr_decay=0.99),
-                                        "checkpointing": Checkpointing(on_divergence="rollback")}),
+                                        "checkpointing": Checkpointing(on_divergence="rollback", spike_factor=10.0)}),
     "oi_vae": SVIModel(OIVAE, "output-interpretable VAE: group-lasso latent-to-group maps, one generator per group "
                        "(Ainsworth et al. 2018)"),
     "nmf": NMF(),

@@ -9,6 +9,7 @@ from torch.distributions import Bernoulli
 
 import pyro_sparse
 from pyro_sparse import Optimization
+from pyro_sparse.data import DataError
 from pyro_sparse.data.images import load_digits_images
 from pyro_sparse.distributions.thresholded import thresholded_laplace_kl
 from pyro_sparse.guides import ThresholdedGuide
@@ -175,3 +176,23 @@ def test_no_threshold_gives_the_plain_base_priors(digits, prior, family):
 def test_dictionary_larger_than_the_data_warns(digits):
     with pytest.warns(UserWarning, match="larger than the 50 training points"):
         pyro_sparse.train("tvsc", digits[:50], decoder="linear", **{**QUICK, "latent_dim": 64})
+
+
+def test_shared_atom_norm_keeps_the_atoms_at_one_learned_norm(digits):
+    shared = pyro_sparse.train("tvsc", digits, decoder="linear", shared_atom_norm=True, **QUICK)
+    norms = shared.guide.point_estimate("A").detach().norm(dim=0)
+    torch.testing.assert_close(norms, norms.mean().expand_as(norms), rtol=1e-5, atol=0)
+    initial = shared.model.linear_generator.point_estimate_sites()["A"][0].norm(dim=0)
+    assert abs(norms.mean() - initial.mean()) > 1e-3  # the common norm is learned
+    free = pyro_sparse.train("tvsc", digits, decoder="linear", **QUICK).guide.point_estimate("A").detach()
+    assert free.norm(dim=0).std() > 1e-3
+
+
+def test_bad_patches_are_named(digits):
+    bad = digits.copy()
+    bad[3, 5] = np.nan
+    with pytest.raises(DataError, match="NaN or infinite"):
+        pyro_sparse.train("tvsc", bad, decoder="linear", **QUICK)
+    fitted = pyro_sparse.train("tvsc", digits, decoder="linear", **QUICK)
+    with pytest.raises(DataError, match="49 features but the model was trained on 64"):
+        fitted.transform(digits[:, :49])  # 7x7 patches for an 8x8 dictionary

@@ -226,9 +226,17 @@ class BackedMatrix(OnDisk):
         return self._read_file_rows(self._file_rows(positions), likelihood, gap_bytes=BLOCK_BYTES)
 
     def _read_file_rows(self, file_rows, likelihood, gap_bytes=0):
-        """Sorted rows of the file, checked; rows less than ``gap_bytes`` apart are read in one slice."""
+        """
+        Sorted rows of the file, checked; rows less than ``gap_bytes`` apart
+        are read in one slice, and rows spread over more than ``PASS_BYTES``
+        in pieces of about that size, which bounds the memory a read takes.
+        """
         indptr = self.store.indptr
         starts, stops = indptr[file_rows], indptr[file_rows + 1]
+        piece = starts // max(1, PASS_BYTES // self.store.bytes_per_value)
+        if piece[0] != piece[-1]:
+            pieces = np.split(file_rows, np.flatnonzero(np.diff(piece)) + 1)
+            return sp.vstack([self._read_file_rows(rows, likelihood, gap_bytes) for rows in pieces], format="csr")
         lengths = stops - starts
         breaks = np.flatnonzero(starts[1:] - stops[:-1] > gap_bytes // self.store.bytes_per_value) + 1
         first, last = np.r_[0, breaks], np.r_[breaks - 1, len(file_rows) - 1]

@@ -45,8 +45,10 @@ per site) train with it:
 * ``"base"``: the paper's Eq. 5, KL(q(s | x) ‖ p(s)) of the *base* laws
   (Sec. 3.2, Appendix B: "The KL divergence loss is always computed on the
   base distribution"), independent of the thresholds; it is neither the KL
-  of the thresholded laws nor a bound on it (Laplace pair μ = 0.3, b = 0.5,
-  λ = 0.2 against μ = 0, b = 1, λ = 0.5: base 0.143, true 0.157).
+  of the thresholded laws nor a bound on it (Laplace pairs: base 0.268, true
+  0.188 for μ = 0.3, b = 0.5, λ = 0.2 against μ = 0, b = 1, λ = 0.5; base
+  1.09, true 2.42 for μ = 0.5, b = 0.2, λ = 0.01 against μ = 0, b = √0.1,
+  λ = 0.52).
 * ``"augmented"`` (Laplace base only): KL(Bernoulli(γ_q) ‖ Bernoulli(γ_p)) +
   KL(Laplace(μ_q, b_q) ‖ Laplace(μ_p, b_p)). By Prop. 3.1 a thresholded
   Laplace draw is z = B v with B ~ Bernoulli(γ) independent of the slab value
@@ -54,8 +56,9 @@ per site) train with it:
   (B, v), an upper bound on the true KL (data-processing inequality), so the
   ELBO stays a lower bound. Unlike the true KL, whose slab term is weighted
   by γ_q, it keeps pulling the location of a coordinate that is switched off
-  towards the prior, which is what keeps training stable (see
-  :class:`~pyro_sparse.priors.ThresholdedPrior`).
+  towards the prior; without that pull the location wanders with the shared
+  encoder weights while the code is 0, and switching the code back on is a
+  loss spike (``benchmarks/results/sparse_coding_patches.md``).
 
 The Gamma‖Gamma KL of a learned threshold is torch's.
 """

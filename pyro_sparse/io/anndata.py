@@ -42,7 +42,7 @@ def _matrix(adata, layer):
 
 def read_backed(path):
     """
-    An AnnData of the ``.h5ad`` file ``path`` whose X and sparse layers stay
+    An AnnData of the ``.h5ad`` file ``path`` whose sparse X and layers stay
     on disk, to train on or evaluate larger than memory.  anndata's own
     ``read_h5ad(path, backed="r")`` leaves only X there and reads the layers
     (a ``layer="counts"``, say) into memory.  ``obs``, ``var``, ``obsm``,

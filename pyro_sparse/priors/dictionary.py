@@ -62,14 +62,13 @@ class LinearGenerator:
     penalised MAP dictionary of the paper.
 
     With ``shared_atom_norm`` the point estimate is restricted to atoms
-    (columns) of one common norm, learned like the rest: the paper's
-    Frobenius penalty alone lets the atoms that are used first grow (on
-    whitened 8x8 patches, 21 atoms reached norms 10-16), which makes their
-    codes cheaper under the code prior, so they win every patch and the
-    others stay near their initial norm, unused (43 of 64). A shared norm
-    keeps the competition between atoms to their directions, as the
-    unit-norm columns of Olshausen & Field (1996) do, while the scale of the
-    dictionary is still set by the likelihood, the code prior and κ.
+    (columns) of one common norm, learned like the rest, as the unit-norm
+    columns of Olshausen & Field (1996) but with the scale still set by the
+    likelihood, the code prior and κ. Under the paper's Frobenius penalty
+    alone the atoms used first grow, which makes their codes cheaper under
+    the code prior, so they win the patches while the others stay near
+    their initial norm, unused; a shared norm leaves the competition to the
+    directions (results of ``benchmarks/sparse_coding_patches.py``).
 
     A model calls :meth:`sample_dictionary` outside its data plate and the
     generator (``self(dictionary, z)``) inside it.

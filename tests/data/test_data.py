@@ -54,8 +54,8 @@ def test_non_finite_values_are_always_caught(array):
 def test_sparse_minibatches_are_dense_rows_in_order():
     dense = np.arange(20, dtype=np.float32).reshape(5, 4)
     batches = list(Dataset(as_matrix(sp.csr_matrix(dense)), "gaussian").minibatches(2, shuffle=False))
-    assert [tuple(b.shape) for b in batches] == [(2, 4), (2, 4), (1, 4)]
-    np.testing.assert_array_equal(torch.cat(batches).numpy(), dense)
+    assert [tuple(b.x.shape) for b in batches] == [(2, 4), (2, 4), (1, 4)]
+    np.testing.assert_array_equal(torch.cat([b.x for b in batches]).numpy(), dense)
 
 
 @pytest.mark.parametrize("bad", [np.array([[1, 2], [3, 4]], dtype=object), np.array([["1", "2"]])])

@@ -336,7 +336,7 @@ def test_rollback_halves_the_learning_rates_and_trains_on(X, tmp_path, monkeypat
         poison_steps(patch, {6})
         with pytest.warns(UserWarning, match=r"step 6: a parameter became NaN/inf; rolled back to the end of epoch 1"):
             fitted = pyro_sparse.train(
-                "tvsc", X, decoder="linear", optimization=Optimization(global_lr=0.05), max_epochs=3,
+                "tvsc", X, decoder="linear", lr=0.01, optimization=Optimization(global_lr=0.05), max_epochs=3,
                 checkpointing=Checkpointing(path=path, on_divergence="rollback"), **TINY,
             )
     assert len(fitted.history_["train_loss"]) == 3
