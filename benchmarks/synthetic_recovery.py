@@ -18,10 +18,13 @@ Columns: heldout MSE of E[x | E_q z] (Gaussian) and importance-weighted NLL
 (50 draws); DCI of the codes against the true factors; F-score of W's support
 (E[γ] > 0.5, after matching factors) and columns of W in use; for the learned
 correlation the fitted R between the codes matched to the first two factors
-(``rho_hat``; Eq. 9 only); seed stability over the seeds: the matched |corr|
-of the codes on the heldout points and the matched Jaccard of the supports.
-The learned-R model also runs ``--restarts`` times as many seeds; in each group
-of ``--restarts`` the fit of lowest final training loss is what
+(``rho_hat``; Eq. 9 only); seed stability: the matched |corr| of the codes on
+shared points and the matched Jaccard of the supports, between the fits of
+all data seeds for Eq. 9 (its map is fixed, so codes are compared on the
+heldout points of data seed 0) and, for the second generator (a map per
+seed), between the restarts of the learned-R model on the same data.  The
+learned-R model is fitted ``--restarts`` times on each data seed (other
+initialisation seeds); the fit of lowest final training loss is what
 ``SparseVAE(n_init=restarts)`` keeps (the "best of" row, on which issue 18's
 targets are checked).
 Writes ``synthetic_recovery_<generator>.json`` / ``.md`` with every run, the
@@ -62,7 +65,8 @@ def correlated_split(max_correlation, seed, likelihood):
     """The second generator: the same map (seed) for 2000 training and 1000 heldout points."""
     from pyro_sparse.data.synthetic import synthetic_correlated_factors
 
-    options = dict(num_factors=6, num_features=50, max_correlation=max_correlation, likelihood=likelihood, seed=seed)
+    options = {"num_factors": 6, "num_features": 50, "max_correlation": max_correlation, "likelihood": likelihood,
+               "seed": seed}
     train = synthetic_correlated_factors(n=2000, **options)
     heldout = synthetic_correlated_factors(n=3000, **options)  # the map is fixed by the seed; rows differ
     return train, type(heldout)(heldout.X[2000:], heldout.z[2000:], heldout.support)
@@ -90,18 +94,24 @@ def fit_synthetic(model, X, seed, epochs, hyper, latent_dim=5, likelihood="gauss
 def run(job):
     from pyro_sparse import evaluation
 
-    label, generator, level, likelihood, seed, epochs = job
+    label, generator, level, likelihood, data_seed, seed, epochs = job
     model, hyper = MODELS[label]
-    train, test = synthetic_split(level, seed) if generator == "eq9" else correlated_split(level, seed, likelihood)
+    if generator == "eq9":
+        train, test = synthetic_split(level, data_seed)
+        shared = synthetic_split(level, 0)[1].X  # Eq. 9's map is fixed: every fit's codes on the same points
+    else:
+        train, test = correlated_split(level, data_seed, likelihood)
+        shared = test.X  # the map depends on the data seed: codes compared between restarts only
     fitted, seconds = fit_synthetic(model, train.X, seed, epochs, hyper, SETTINGS[generator]["latent_dim"],
                                     likelihood)
     z = fitted.transform(test.X, kind="mean")
     matching = evaluation.match_factors(z, test.z)
     result = {
-        "label": label, "generator": generator, "level": level, "likelihood": likelihood, "seed": seed,
+        "label": label, "generator": generator, "level": level, "likelihood": likelihood, "data_seed": data_seed,
+        "seed": seed,
         "seconds": seconds, "loss": fitted.history_["train_loss"][-1], "dci": evaluation.dci_disentanglement(z, test.z),
         "nll": evaluation.heldout_nll(fitted.heldout_log_likelihood(test.X, num_samples=50)),
-        "codes": z.round(4).tolist(), "active": fitted.active_factors_.tolist(),
+        "codes": fitted.transform(shared, kind="mean").round(4).tolist(), "active": fitted.active_factors_.tolist(),
     }
     if likelihood == "gaussian":
         result["mse"] = evaluation.mse(test.X, fitted.reconstruct(test.X))
@@ -124,30 +134,42 @@ BEST_OF = "sparse VAE, learned R, best of {n} (n_init)"
 
 def best_of(results, label, restarts):
     """
-    The runs ``SparseVAE(n_init=restarts)`` would keep: for seeds s·n ... s·n + n - 1
-    of ``label``, the run of lowest final training loss (-ELBO per point).
+    The runs ``SparseVAE(n_init=restarts)`` would keep: for each data seed of
+    ``label`` (fitted with ``restarts`` initialisation seeds), the run of
+    lowest final training loss (-ELBO per point).
     """
-    chosen = []
-    for key in {(r["level"], r["likelihood"]) for r in results if r["label"] == label}:
-        runs = sorted((r for r in results if r["label"] == label and (r["level"], r["likelihood"]) == key),
-                      key=lambda r: r["seed"])
-        for start in range(0, len(runs) - restarts + 1, restarts):
-            best = min(runs[start:start + restarts], key=lambda r: r["loss"])
-            chosen.append({**best, "label": BEST_OF.format(n=restarts), "seed": start // restarts})
-    return chosen
+    groups = {}
+    for r in results:
+        if r["label"] == label:
+            groups.setdefault((r["level"], r["likelihood"], r["data_seed"]), []).append(r)
+    return [{**min(runs, key=lambda r: r["loss"]), "label": BEST_OF.format(n=restarts)} for runs in groups.values()]
 
 
 def stability(runs):
-    """Seed stability of one (model, level, likelihood) cell: codes on the shared heldout points, supports."""
+    """
+    Seed stability of one (model, level, likelihood) cell: matched |corr| of
+    the codes on shared points and Jaccard of the supports.  Fits of one
+    data seed (restarts) are compared with each other, averaged over data
+    seeds; with one fit per data seed (Eq. 9, whose map is fixed) the fits of
+    all data seeds are compared.
+    """
     from pyro_sparse.evaluation import code_stability
 
-    codes = [np.asarray(r["codes"]) for r in runs]
-    supports = [np.asarray(r["support"]) for r in runs] if all("support" in r for r in runs) else None
-    if supports is None:  # the VAE: its active codes by variance
-        result = code_stability(codes)
-    else:
-        result = code_stability(codes, supports)
-    return {"stability_codes": result.code_correlation, "stability_support": result.support_jaccard}
+    groups = {}
+    for r in runs:
+        groups.setdefault(r["data_seed"], []).append(r)
+    if all(len(group) == 1 for group in groups.values()):
+        if runs[0]["generator"] != "eq9":
+            return {"stability_codes": None, "stability_support": None}
+        groups = {0: runs}
+    results = []
+    for group in (g for g in groups.values() if len(g) > 1):
+        codes = [np.asarray(r["codes"]) for r in group]
+        supports = [np.asarray(r["support"]) for r in group] if all("support" in r for r in group) else None
+        results.append(code_stability(codes, supports))  # the VAE (no support): its active codes by variance
+    support = [r.support_jaccard for r in results if r.support_jaccard is not None]
+    return {"stability_codes": float(np.mean([r.code_correlation for r in results])),
+            "stability_support": float(np.mean(support)) if support else None}
 
 
 COLUMNS = ["dci", "f_score", "columns", "rho_hat", "nll", "mse", "stability_codes", "stability_support", "loss",
@@ -192,7 +214,7 @@ def targets_eq9(results, label):
             vae, vae_sd = _mean(results, "VAE", level, "dci")
             rows.append((f"DCI above the VAE's by one sd at ρ = {level}", f"{dci:.2f} vs {vae:.2f} ± {vae_sd:.2f}",
                          dci >= vae + vae_sd))
-        nll, nll_sd = _mean(results, label, level, "nll")
+        nll, _ = _mean(results, label, level, "nll")
         vae_nll, vae_nll_sd = _mean(results, "VAE", level, "nll")
         rows.append((f"NLL no worse than the VAE's by one sd at ρ = {level}", f"{nll:.2f} vs {vae_nll:.2f}",
                      nll <= vae_nll + vae_nll_sd))
@@ -210,11 +232,12 @@ def targets_correlated(results, cells, label):
     levels = SETTINGS["correlated"]["levels"]
     f = np.mean([_mean(results, label, level, "f_score", lik)[0] for level in levels for lik in ("gaussian", "bernoulli")])
     dci = np.mean([_mean(results, label, level, "dci", lik)[0] for level in levels for lik in ("gaussian", "bernoulli")])
-    stable = np.mean([cells[(label, level, lik)]["stability_codes"] for level in levels for lik in ("gaussian", "bernoulli")])
-    vae = np.mean([cells[("VAE", level, lik)]["stability_codes"] for level in levels for lik in ("gaussian", "bernoulli")])
+    # Stability between restarts on the same data: only the restarted learned-R model has them.
+    stable = np.mean([cells[("sparse VAE, learned R", level, lik)]["stability_codes"] for level in levels
+                      for lik in ("gaussian", "bernoulli")])
     return [("F(W) ≥ 0.85 averaged over the settings", f"{f:.2f}", f >= 0.85),
             ("DCI ≥ 0.8 averaged over the settings", f"{dci:.2f}", dci >= 0.8),
-            ("seed stability ≥ 0.9 (the VAE's beside it)", f"{stable:.2f} (VAE {vae:.2f})", stable >= 0.9)]
+            ("seed stability ≥ 0.9 (between restarts; the VAE was not restarted)", f"{stable:.2f}", stable >= 0.9)]
 
 
 def main():
@@ -233,17 +256,22 @@ def main():
     labels = args.models.split(";")
     args.epochs = setting["epochs"] if args.epochs is None else args.epochs
     restarted = "sparse VAE, learned R"
-    jobs = [(label, args.generator, level, likelihood, seed, args.epochs)
+    # The learned-R model is fitted `restarts` times (initialisation seeds) on each data seed.
+    jobs = [(label, args.generator, level, likelihood, data_seed, data_seed * restarts + restart, args.epochs)
             for likelihood in setting["likelihoods"] for level in setting["levels"] for label in labels
-            for seed in range(args.seeds * (args.restarts if label == restarted else 1))]
+            for restarts in [args.restarts if label == restarted else 1]
+            for data_seed in range(args.seeds) for restart in range(restarts)]
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(run, jobs))
     selected = best_of(results, restarted, args.restarts)
-    # The single-run row shows the first `seeds` seeds, as the other models.
-    results = [r for r in results if r["label"] != restarted or r["seed"] < args.seeds] + selected
+    restarts = [r for r in results if r["label"] == restarted]
+    # The single-run row shows the first restart of each data seed, as the other models.
+    results = [r for r in results if r["label"] != restarted or r["seed"] == r["data_seed"] * args.restarts] + selected
     cells = {}
     for key in {(r["label"], r["level"], r["likelihood"]) for r in results}:
-        cells[key] = stability([r for r in results if (r["label"], r["level"], r["likelihood"]) == key])
+        # Eq. 9: across data seeds on shared points; the second generator: between the restarts of a data seed.
+        runs = restarts if key[0] == restarted and args.generator != "eq9" else results
+        cells[key] = stability([r for r in runs if (r["label"], r["level"], r["likelihood"]) == key])
     target_label = BEST_OF.format(n=args.restarts)
     targets = (targets_eq9(results, target_label) if args.generator == "eq9"
                else targets_correlated(results, cells, target_label))
