@@ -227,6 +227,11 @@ def _mean(rows, key, **match):
         f"{values[0]:.3f}" if values else "–")
 
 
+def _number(value):
+    """A stability value, or "–" where the model has none (the VAE has no support)."""
+    return "–" if value is None else f"{value:.3f}"
+
+
 def markdown(result, args):
     lines = [f"# Single-cell counts: {args.data} ({'quick' if args.quick else f'{args.seeds} seeds'}, "
              f"{args.epochs} epochs, K = {LATENT_DIM})", ""]
@@ -239,7 +244,7 @@ def markdown(result, args):
     for model in ("vae", "ssl_dgm"):
         stable = result["stability"].get(model, {})
         lines.append(f"| {model} | {_mean(rows, 'heldout_ll', model=model)} | {_mean(rows, 'accuracy', model=model)} "
-                     f"| {stable.get('codes', float('nan')):.3f} / {stable.get('supports') or float('nan'):.3f} | "
+                     f"| {_number(stable.get('codes'))} / {_number(stable.get('supports'))} | "
                      f"{_mean(rows, 'exact_zeros', model=model)} | {_mean(rows, 'included', model=model)} | "
                      f"{_mean(rows, 'seconds', model=model)} |")
     lines.append(f"| PCA on log-normalised counts | – | {result['pca_accuracy']:.3f} | – | – | – | – |")
