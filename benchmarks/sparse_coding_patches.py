@@ -51,7 +51,7 @@ Columns
 on ``synthetic_correlated_factors`` (3 correlated factors with anchors, 30
 features, 2,000 training / 1,000 held-out points), with the prior's defaults
 (b0 = 0.1, λ0 = 0.25) and with unit-scale codes (b0 = 1, λ0 = 1: 37 %
-non-zero a priori), against the Gaussian-latent ``ssl_dgm``: the share of
+non-zero a priori; augmented and exact KL), against the Gaussian-latent ``ssl_dgm``: the share of
 exact zeros in the codes, F(W) of the decoder support (``match_factors``,
 ``support_f_score``) and the held-out NLL (100 importance samples); writes
 ``results/sparse_coding_patches_ssl_dgm.json`` / ``.md``.
@@ -115,9 +115,9 @@ TABLE1 = {
     "thr_laplace": ("Thresholded Laplacian", "tvsc", dict()),
     "thr_laplace_gamma": ("Thresholded Laplacian+Gamma", "tvsc", dict(learn_threshold=True)),
 }
-# The thresholded Laplacian with one choice changed (the defaults: amortised threshold, augmented KL, jump).
+# The thresholded Laplacian with one choice changed (the defaults: amortised threshold, exact KL, jump).
 VARIANTS = {
-    "tl_exact_kl": ("TL, exact KL", "tvsc", dict(kl="exact")),
+    "tl_augmented_kl": ("TL, augmented KL", "tvsc", dict(kl="augmented")),
     "tl_base_kl": ("TL, base KL (Eq. 5; q uses λ0)", "tvsc", dict(kl="base")),
     "tl_fixed_threshold": ("TL, q uses λ0", "tvsc", dict(amortized_threshold=False)),
     "tl_straight_through": ("TL, straight-through (Eq. 4)", "tvsc", dict(estimator="straight_through")),
@@ -308,6 +308,13 @@ def targets(fista_recs, runs, zero):
     return out
 
 
+def principal_directions(X, shares=(0.9, 0.95, 0.99)):
+    """How many principal directions of the patches hold each share of their variance (the data's effective rank)."""
+    eigenvalues = np.linalg.eigvalsh(np.cov(np.asarray(X, np.float64).T))[::-1]
+    cumulative = np.cumsum(eigenvalues) / eigenvalues.sum()
+    return {f"{share:g}": int(np.searchsorted(cumulative, share) + 1) for share in shares}
+
+
 def markdown(args, config, fista_recs, runs, verdicts, wall):
     zero = config["zero_code_objective"]
     L = ["## Sparse coding of whitened patches (Fallah & Rozell 2022, Table 1; issue 20)\n"]
@@ -336,6 +343,9 @@ def markdown(args, config, fista_recs, runs, verdicts, wall):
                  f"{cell(recs, 'coherence_max', '.2f')} | {cell(recs, 'mean_atom_norm', '.2f')} | "
                  f"{cell(recs, 'iwae', '.4g')} | {spikes} | {cell(recs, 'train_seconds', '.0f')} |")
     L.append(f"| *all codes 0* | {zero:.3g} | – | 0% | – | – | – | – | – | – |\n")
+    L.append("Effective rank of the training patches (for the dead atoms): " + ", ".join(
+        f"{n} principal directions hold {100 * float(share):g} %" for share, n in config["principal_directions"].items())
+        + f" of the variance, of {args.patch_size ** 2}.\n")
     L.append("Paper (16x16, 80k patches, 300 epochs), objective J = 1 / J = 20: " + ", ".join(
         f"{'FISTA' if k == 'fista' else ROWS[k][0]} {a} / {b}" for k, (a, b) in PAPER.items()) + ".\n")
     L.append("### Targets (issue 20)\n")
@@ -390,10 +400,14 @@ def figure(path, fista_rec, tl_rec):
 
 SSL_DGM_ROWS = {
     "gaussian": ("Gaussian codes (ssl_dgm default)", {}),
-    "thresholded": ("thresholded Laplace, prior defaults (b0 = 0.1, λ0 = 0.25)",
-                    {"latent_prior": "thresholded_laplace"}),
+    "thresholded": ("thresholded Laplace, the prior's patch defaults (b0 = 0.1, λ0 = 0.25)",
+                    {"latent_prior": "thresholded_laplace", "kl": "augmented"}),
     "thresholded_unit": ("thresholded Laplace, b0 = 1, λ0 = 1",
-                         {"latent_prior": "thresholded_laplace", "prior_scale": 1.0, "threshold": 1.0}),
+                         {"latent_prior": "thresholded_laplace", "prior_scale": 1.0, "threshold": 1.0,
+                          "kl": "augmented"}),
+    "thresholded_unit_exact": ("thresholded Laplace, b0 = 1, λ0 = 1, exact KL",
+                               {"latent_prior": "thresholded_laplace", "prior_scale": 1.0, "threshold": 1.0,
+                                "kl": "exact"}),
 }
 
 
@@ -452,7 +466,8 @@ def main(argv=None):
     stem = out / f"sparse_coding_patches{args.tag}"
     data = whitened_patches(args.num_train, patch_size=args.patch_size, seed=0, num_validation=args.num_val)
     zero = float(0.5 * (data.validation.astype(np.float64) ** 2).sum(1).mean())
-    config = dict(argv=sys.argv[1:] if argv is None else list(argv), **{k: v for k, v in vars(args).items()},
+    config = dict(principal_directions=principal_directions(data.train),
+                  argv=sys.argv[1:] if argv is None else list(argv), **{k: v for k, v in vars(args).items()},
                   zero_code_objective=zero, validation_images=list(data.image_names_validation),
                   training_images=list(data.image_names_train), torch=torch.__version__,
                   python=platform.python_version(), figure=str(stem.with_suffix(".png").name))

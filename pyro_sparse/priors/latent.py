@@ -347,7 +347,7 @@ class ThresholdedLaplacePrior(ThresholdedPrior):
     """Soft-thresholded Laplace(0, b0) codes; see :class:`ThresholdedPrior`."""
 
     def __init__(self, latent_dim, threshold=0.25, prior_scale=0.1, learn_threshold=False,
-                 threshold_concentration=3.0, threshold_beta=0.1, amortized_threshold=None, kl="augmented"):
+                 threshold_concentration=3.0, threshold_beta=0.1, amortized_threshold=None, kl="exact"):
         super().__init__(latent_dim, "laplace", threshold, prior_scale, learn_threshold, threshold_concentration,
                          threshold_beta, amortized_threshold, kl)
 
