@@ -145,7 +145,7 @@ def write_markdown(path, results):
     lines = [
         f"# Gene-set mask prior (issue 19, item 4): {settings['cells']} cells x {settings['genes']} genes, "
         f"{settings['sets']} sets + 1 unannotated factor, {len(results['seeds'])} seeds, {settings['epochs']} epochs, "
-        f"lr {settings.get('lr', 0.01):g}",
+        f"lr {settings['lr']:g}",
         "",
         "Annotation: 20 % of each set's memberships wrong, 20 % of its true members missing (F = 0.8 as given). "
         f"Stated FDR for flagging wrong memberships: {FDR}. Target: F >= {TARGET_F}.",
@@ -206,7 +206,8 @@ def main():
                   flush=True)
     results = {
         "settings": {"cells": args.cells, "genes": args.genes, "sets": args.sets, "epochs": args.epochs,
-                     "hidden_dims": list(hidden_dims), "batch_size": 32, "lr": args.lr, "fdr": FDR, "target_f": TARGET_F},
+                     "hidden_dims": list(hidden_dims), "batch_size": 32, "lr": args.lr, "fdr": FDR,
+                     "target_f": TARGET_F},
         "seeds": list(range(args.seeds)), "runs": runs, "summary": summarise(runs),
         "wall_seconds": time.perf_counter() - start,
     }

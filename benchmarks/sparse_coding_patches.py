@@ -343,8 +343,9 @@ def markdown(args, config, fista_recs, runs, verdicts, wall):
                  f"{cell(recs, 'coherence_max', '.2f')} | {cell(recs, 'mean_atom_norm', '.2f')} | "
                  f"{cell(recs, 'iwae', '.4g')} | {spikes} | {cell(recs, 'train_seconds', '.0f')} |")
     L.append(f"| *all codes 0* | {zero:.3g} | – | 0% | – | – | – | – | – | – |\n")
+    shares = config["principal_directions"].items()
     L.append("Effective rank of the training patches (for the dead atoms): " + ", ".join(
-        f"{n} principal directions hold {100 * float(share):g} %" for share, n in config["principal_directions"].items())
+        f"{n} principal directions hold {100 * float(share):g} %" for share, n in shares)
         + f" of the variance, of {args.patch_size ** 2}.\n")
     L.append("Paper (16x16, 80k patches, 300 epochs), objective J = 1 / J = 20: " + ", ".join(
         f"{'FISTA' if k == 'fista' else ROWS[k][0]} {a} / {b}" for k, (a, b) in PAPER.items()) + ".\n")
