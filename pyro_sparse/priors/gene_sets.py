@@ -137,10 +137,9 @@ class GeneSetPrior(SpikeSlabLassoPrior):
     Where w_jk = 0, E[γ_jk] = θ λ1 / (θ λ1 + (1 - θ) λ0): a gene leaves its
     set with posterior inclusion ≤ α only when λ0/λ1 ≥ θ(1 - α)/(α(1 - θ)).
     With the defaults (θ = 0.8, λ0 = 20) that inclusion is 1/6, so removals
-    can be flagged at an FDR of 0.17 or more, not below.  λ0 = 50 would allow
-    0.1, but recovered the set supports less well on every one of 6
-    simulated data sets, and its flags at a stated 0.1 had a realised FDR of
-    0.22-0.70 (docs: Results, single cell).
+    can be flagged at an FDR of 1/6 or more.  A larger λ0 allows lower FDRs
+    but recovered the set supports less well, with over-confident flags
+    (docs: Results, single cell).
 
     :param int num_features: G.
     :param int latent_dim: K.
