@@ -497,6 +497,7 @@ def main():
     parser.add_argument("--sizes", default="5,10,20,50,100,200", help="latent sizes of part 1")
     parser.add_argument("--alpha", type=float, default=0.01, help="VSC α of part 1")
     parser.add_argument("--seeds", type=int, default=3, help="seeds of part 1")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds of part 1 are first-seed, first-seed + 1, …")
     parser.add_argument("--epochs", type=int, default=200, help="epochs of parts 1 and 2")
     parser.add_argument("--hidden", default="200", help="hidden widths, comma-separated")
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -559,7 +560,7 @@ def main():
                              "latent_dim": args.alpha_latent, "label": f"VSC α={alpha:g}"})
     if "classification" in parts:
         for K in sorted(_ints(args.sizes), reverse=True):  # longest first
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 if "vsc" in models:
                     jobs.append({**common, "part": "classification", "model": "vsc", "alpha": args.alpha,
                                  "seed": seed, "latent_dim": K, "label": f"VSC α={args.alpha:g}"})
