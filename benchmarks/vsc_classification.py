@@ -210,9 +210,10 @@ def run(job):
 
 
 def _fit(job, X):
-    """Train one model; with ``spike_factor`` a loss spike (or NaN) rolls back an epoch with halved rates."""
-    import warnings
-
+    """
+    Train one model; with ``spike_factor`` a loss spike (or NaN) rolls back an epoch with halved rates.
+    Returns the fit, the seconds it took and, when the rollbacks ran out, why it stopped.
+    """
     import pyro_sparse
     from pyro_sparse import Checkpointing, Schedule
     from pyro_sparse.infer.loop import TrainingDivergedError
@@ -225,33 +226,29 @@ def _fit(job, X):
     if job["spike_factor"] is not None:
         hyper["checkpointing"] = Checkpointing(on_divergence="rollback", spike_factor=job["spike_factor"])
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            fitted = pyro_sparse.train(
-                job["model"], X, latent_dim=job["latent_dim"], likelihood=job["likelihood"],
-                max_epochs=job["epochs"], batch_size=job["batch_size"], lr=job["lr"], seed=job["seed"],
-                progress=False, schedule=Schedule(kl_warmup_epochs=job["kl_warmup_fraction"] * job["epochs"]),
-                **hyper,
-            )
-            fitted.stopped = None
-        except TrainingDivergedError as error:
-            if job["spike_factor"] is None:
-                raise
-            # The guard's rollbacks ran out: train() hands back the model of the last good epoch.
-            fitted = error.fitted
-            fitted.stopped = str(error).split(";")[0]
-    fitted.rollbacks = sum("rolled back" in str(w.message) for w in caught)
-    return fitted, time.perf_counter() - start
+    stopped = None
+    try:
+        fitted = pyro_sparse.train(
+            job["model"], X, latent_dim=job["latent_dim"], likelihood=job["likelihood"],
+            max_epochs=job["epochs"], batch_size=job["batch_size"], lr=job["lr"], seed=job["seed"],
+            progress=False, schedule=Schedule(kl_warmup_epochs=job["kl_warmup_fraction"] * job["epochs"]),
+            **hyper,
+        )
+    except TrainingDivergedError as error:
+        if job["spike_factor"] is None:
+            raise
+        # The guard's rollbacks ran out: train() hands back the model of the last good epoch.
+        fitted, stopped = error.fitted, str(error).split(";")[0]
+    return fitted, time.perf_counter() - start, stopped
 
 
-def _history(fitted):
+def _history(fitted, stopped):
     loss = np.asarray(fitted.history_["train_loss"])
     return {
         "final_train_loss": float(loss[-1]),
         "train_loss": loss.round(3).tolist(),
-        "rollbacks": fitted.rollbacks,
-        "stopped": fitted.stopped,
+        "rollbacks": len(fitted.history_["rollbacks"]),
+        "stopped": stopped,
         "epochs_trained": len(loss),
     }
 
@@ -260,10 +257,10 @@ def _run(job):
     if job["part"] == "smiley":
         return _run_smiley(job)
     X_train, y_train, X_test, y_test = load_data(job["data"], job["fashion_train"], job["fashion_test"], job["min_feature_sd"])
-    fitted, seconds = _fit(job, X_train)
+    fitted, seconds, stopped = _fit(job, X_train)
     labelled = np.random.default_rng(0).permutation(X_train.shape[0])[: job["max_labelled"]]
     test = X_test[: job["max_test"]]
-    result = {**job, "seconds": seconds, **_history(fitted)}
+    result = {**job, "seconds": seconds, **_history(fitted, stopped)}
     result["accuracy"] = classify(fitted.transform(X_train[labelled]), y_train[labelled], fitted.transform(X_test), y_test)
     result["accuracy_mean_codes"] = classify(
         fitted.transform(X_train[labelled], kind="mean"), y_train[labelled],
@@ -281,11 +278,11 @@ def _run_smiley(job):
     test = smiley(job["smiley_test"], seed=10_000 + job["seed"])
     keep = train.X.std(0) >= job["min_feature_sd"]
     X_train, X_test = train.X[:, keep], test.X[:, keep]
-    fitted, seconds = _fit(job, X_train)
+    fitted, seconds, stopped = _fit(job, X_train)
     # Gaussian posteriors: mode = mean; spike-and-slab: the sparse mode.
     Z = fitted.transform(X_test)
     C = abs_correlations(test.variables, Z)
-    result = {**job, "seconds": seconds, **_history(fitted)}
+    result = {**job, "seconds": seconds, **_history(fitted, stopped)}
     result.update(correlation_summary(C))
     result["abs_corr"] = C.round(4).tolist()
     if job["model"] == "vsc":

@@ -327,13 +327,14 @@ class FittedModel:
 
     def history_frame(self):
         """
-        ``history_`` as a pandas DataFrame indexed by epoch: the training loss
-        (-ELBO per data point) and, when a validation set was held out, the
-        validation loss.
+        The per-epoch series of ``history_`` as a pandas DataFrame indexed by
+        epoch: the training loss (-ELBO per data point) and, when a validation
+        set was held out, the validation loss.
         """
         import pandas as pd  # only this method needs pandas
 
-        return pd.DataFrame({k: v for k, v in self.history_.items() if len(v)}).rename_axis("epoch")
+        series = {k: self.history_.get(k) for k in ("train_loss", "validation_loss")}
+        return pd.DataFrame({k: v for k, v in series.items() if v}).rename_axis("epoch")
 
     def save(self, path):
         """Write the model to ``path`` (tensors + JSON; see :mod:`pyro_sparse.io.serialization`)."""

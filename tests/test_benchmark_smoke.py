@@ -125,3 +125,18 @@ def test_sparse_coding_patches_quick(tmp_path):
     (fista_run,), (tl,) = results["fista"], results["runs"]
     assert tl["status"] == "ok" and tl["objective"] < zero and fista_run["objective"] < zero, (tl, zero)
     assert results["wall_seconds"] < 120
+
+
+def test_vsc_classification_smoke(tmp_path):
+    run_script(
+        "vsc_classification.py", "--parts", "classification", "--sizes", "4", "--seeds", "1", "--first-seed", "1",
+        "--epochs", "2", "--hidden", "16", "--spike-factor", "10", "--pretrain", "0", "--pretrain-ramp", "0",
+        "--max-labelled", "300", "--max-test", "20", "--iw-samples", "2", "--jobs", "1", "--out", str(tmp_path),
+    )
+    results = check_outputs(str(tmp_path / "vsc_classification"), [str(tmp_path / "vsc_accuracy.png")])
+    runs = results["classification"]
+    assert sorted(run["model"] for run in runs) == ["vae", "vsc"]
+    for run in runs:
+        assert "error" not in run, run.get("error")
+        assert run["seed"] == 1 and run["latent_dim"] == 4 and run["epochs_trained"] == 2
+        assert run["rollbacks"] == 0 and run["stopped"] is None and 0 <= run["accuracy"] <= 1

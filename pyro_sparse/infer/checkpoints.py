@@ -36,7 +36,7 @@ class LoopState:
 
     epoch: int = 0  # epochs completed
     step: int = 0  # optimizer steps taken
-    history: dict = field(default_factory=lambda: {"train_loss": [], "validation_loss": []})
+    history: dict = field(default_factory=lambda: {"train_loss": [], "validation_loss": [], "rollbacks": []})
     best_loss: float = math.inf  # best validation loss so far
     best_state: tuple | None = None  # (model, guide) state dicts at best_loss, kept for early stopping
     epochs_without_improvement: int = 0

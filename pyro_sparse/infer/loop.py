@@ -35,14 +35,15 @@ SPIKE_WINDOW = 100
 class TrainingDivergedError(RuntimeError):
     """
     The loss or a parameter became NaN or infinite, or (with
-    ``Checkpointing.spike_factor``) the loss spiked.  ``history`` holds the
-    losses up to the last good epoch; :func:`pyro_sparse.train` adds
-    ``fitted``, the model as it was then.
+    ``Checkpointing.spike_factor``) the loss spiked; ``reason`` says which.
+    ``history`` holds the losses up to the last good epoch;
+    :func:`pyro_sparse.train` adds ``fitted``, the model as it was then.
     """
 
-    def __init__(self, message, history=None):
+    def __init__(self, message, history=None, reason=None):
         super().__init__(message)
         self.history = history
+        self.reason = reason
 
 
 class ELBOLoss(torch.nn.Module):
@@ -162,7 +163,8 @@ class Trainer:
         ``max_epochs`` or early stopping, resuming from a
         :class:`~pyro_sparse.infer.checkpoints.Snapshot` if given.  Returns
         the history: per-epoch ``train_loss`` (full -ELBO / N) and
-        ``validation_loss`` (-ELBO per validation point).
+        ``validation_loss`` (-ELBO per validation point), and ``rollbacks``,
+        one ``{"epoch", "step", "reason"}`` per divergence rolled back.
         """
         settings = self.settings
         for prior, param in self.hooked:
@@ -243,6 +245,7 @@ class Trainer:
         if warmup < 1:
             self.recent_losses.clear()
             return
+        loss = self.strategy.mean(loss)  # every rank judges the same loss, so all roll back together
         if len(self.recent_losses) == SPIKE_WINDOW:
             median = float(np.median(self.recent_losses))
             if loss > median + (factor - 1) * abs(median):
@@ -250,7 +253,8 @@ class Trainer:
         self.recent_losses.append(loss)
 
     def _diverged(self, what):
-        return TrainingDivergedError(f"training diverged at epoch {self.loop.epoch}, step {self.loop.step}: {what}")
+        where = f"epoch {self.loop.epoch}, step {self.loop.step}"
+        return TrainingDivergedError(f"training diverged at {where}: {what}", reason=what)
 
     def _check_finite(self, tensors, what):
         # One device sync for all tensors.
@@ -302,8 +306,10 @@ class Trainer:
             raise self._stop_at_last_good(error, advice) from None
         halved = [group["lr"] / 2 for group in self.optimizer.param_groups]
         rollbacks = self.last_good.config["loop"]["rollbacks"] + 1
+        event = {"epoch": self.loop.epoch, "step": self.loop.step, "reason": error.reason}
         self.loop = checkpoints.restore(self.last_good, *self._live)
         self.loop.rollbacks = rollbacks
+        self.loop.history.setdefault("rollbacks", []).append(event)  # older checkpoints lack the key
         for group, halved_lr in zip(self.optimizer.param_groups, halved):
             group["lr"] = halved_lr
         warnings.warn(

@@ -344,6 +344,7 @@ def test_rollback_halves_the_learning_rates_and_trains_on(X, tmp_path, monkeypat
     config, _ = serialization.read(path, checkpoints.CHECKPOINT_FILE)
     assert [group["lr"] for group in config["optimizer_groups"]] == [0.005, 0.025]
     assert config["loop"]["rollbacks"] == 1 and config["loop"]["step"] == 12
+    assert fitted.history_["rollbacks"] == [{"epoch": 1, "step": 6, "reason": "a parameter became NaN/inf"}]
 
 
 def test_rollback_gives_up_after_max_rollbacks(X, monkeypatch):
@@ -355,7 +356,9 @@ def test_rollback_gives_up_after_max_rollbacks(X, monkeypatch):
                 "vae", X, max_epochs=2, checkpointing=Checkpointing(on_divergence="rollback", max_rollbacks=2), **TINY
             )
     assert sum("rolled back" in str(w.message) for w in warned) == 2
-    assert caught.value.fitted.history_["train_loss"] == []  # no epoch was good: the initial model
+    history = caught.value.fitted.history_
+    assert history["train_loss"] == []  # no epoch was good: the initial model
+    assert [event["epoch"] for event in history["rollbacks"]] == [0, 0]  # the third divergence stopped the run
     assert np.isfinite(caught.value.fitted.transform(X)).all()
 
 

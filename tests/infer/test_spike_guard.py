@@ -47,6 +47,8 @@ def test_a_spike_is_rolled_back(X, monkeypatch):
                                    checkpointing=Checkpointing(on_divergence="rollback", spike_factor=10), **TINY)
     assert len(fitted.history_["train_loss"]) == 8
     assert max(fitted.history_["train_loss"]) < 10 * min(fitted.history_["train_loss"])
+    (event,) = fitted.history_["rollbacks"]
+    assert (event["epoch"], event["step"]) == (5, 20) and event["reason"].startswith("loss spike: ")
 
 
 def test_a_spike_raises_by_default_policy(X, monkeypatch):
@@ -74,6 +76,7 @@ def test_a_loss_below_the_factor_is_no_spike(X, monkeypatch):
         fitted = pyro_sparse.train("vae", X, schedule=NO_WARMUP,
                                    checkpointing=Checkpointing(on_divergence="rollback", spike_factor=10), **TINY)
     assert torch.isfinite(torch.tensor(fitted.history_["train_loss"])).all()
+    assert fitted.history_["rollbacks"] == []
 
 
 @pytest.mark.parametrize("factor", [1.0, 0.5, float("inf")])
