@@ -200,6 +200,32 @@ class SVIModel:
         data_defaults = getattr(self.model, "data_defaults", None)
         return data_defaults(summary, likelihood, hyper) if data_defaults is not None else hyper
 
+    def defaults(self, hyper):
+        """
+        The value of every option ``hyper`` leaves out: the registry's priors and
+        the constructors' defaults, routed as :meth:`build` routes options (the
+        model's, then the priors', then the guide's).  A model file records them
+        beside the user's, so it loads as it was trained after a default changes.
+        """
+        latent_prior = hyper.get("latent_prior", self.latent_prior)
+        mask_prior = hyper.get("mask_prior", self.mask_prior)
+        classes = [self.model]
+        if isinstance(latent_prior, str):
+            classes.append(LATENT_PRIORS[latent_prior])
+        if self.mask_prior is not None and isinstance(mask_prior, str):
+            classes.append(MASK_PRIORS[mask_prior])
+        if isinstance(latent_prior, str):
+            classes.append(GUIDES[LATENT_PRIORS[latent_prior].guide_family])
+        defaults = {"latent_prior": self.latent_prior}
+        if self.mask_prior is not None:
+            defaults["mask_prior"] = self.mask_prior
+        for name in self.option_names(latent_prior, mask_prior):
+            owner = next((cls for cls in classes if name in _parameters(cls)), None)
+            default = inspect.Parameter.empty if owner is None else _parameters(owner)[name].default
+            if name not in defaults and default is not inspect.Parameter.empty:
+                defaults[name] = default
+        return {k: v for k, v in defaults.items() if k not in hyper}
+
     # ------------------------------------------------------------ assembly
 
     def build(self, summary, latent_dim, likelihood, hyper, covariates=None, feature_names=None):
@@ -291,6 +317,7 @@ class SVIModel:
         check_training_data(train_data.summary, dataset.likelihood)
         _warn_batch_size(settings.batch_size, train_data.num_data)
         hyper = self.resolve(train_data.summary, dataset.likelihood, hyper, dataset.feature_names)
+        hyper = {**self.defaults(hyper), **hyper}
         custom_priors = {k: hyper[k] for k in PRIOR_ARGUMENTS if k in hyper and not isinstance(hyper[k], str)}
         config = self._config(name, dataset, train_data, latent_dim, hyper, custom_priors, settings)
         model, guide, elbo = self.assemble(config, device, custom_priors)

@@ -83,6 +83,26 @@ def test_save_load_roundtrip(fitted, data, tmp_path):
     assert loaded.history_ == fitted.history_
 
 
+def test_a_file_loads_as_trained_after_defaults_change(fitted, data, tmp_path, monkeypatch):
+    # The file records every option, defaults included: the registry's priors and
+    # the constructors' values.  Without that, the load below would build the
+    # SSL prior with λ0 = 99 and the model with a learned latent correlation.
+    from pyro_sparse import registry
+    from pyro_sparse.priors import MASK_PRIORS
+
+    recorded = fitted.config["hyperparameters"]
+    assert recorded["latent_prior"] == "normal" and recorded["mask_prior"] == "ssl" and recorded["lambda0"] == 10.0
+    assert set(registry.get_entry("ssl_dgm").option_names()) <= set(recorded)
+    fitted.save(tmp_path / "model.pt")
+    ssl = MASK_PRIORS["ssl"].__init__
+    monkeypatch.setattr(ssl, "__defaults__", (99.0, *ssl.__defaults__[1:]))
+    monkeypatch.setattr(registry.get_entry("ssl_dgm"), "latent_prior", "correlated")
+    loaded = pyro_sparse.load(tmp_path / "model.pt")
+    assert loaded.model.site_priors["W"].lambda0 == 10.0
+    np.testing.assert_array_equal(loaded.transform(data.X), fitted.transform(data.X))
+    assert pyro_sparse.train("ssl_dgm", data.X, **QUICK).model.site_priors["W"].lambda0 == 99.0  # the change is live
+
+
 def test_validation_and_early_stopping(data):
     fitted = pyro_sparse.train(
         "vae", data.X, schedule=Schedule(validation_fraction=0.25, early_stopping=1), **{**QUICK, "max_epochs": 30}

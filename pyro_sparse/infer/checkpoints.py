@@ -195,6 +195,8 @@ def _check_same_run(saved, current, path):
     changed = [name for name in ("latent_dim", "likelihood") if saved[name] != current[name]]
     for part in ("hyperparameters", "training"):
         names = sorted((saved[part].keys() | current[part].keys()) - {"max_epochs"})
+        if part == "hyperparameters":
+            names = [name for name in names if name in saved[part]]  # older files record the user's options only
         changed += [name for name in names if saved[part].get(name) != current[part].get(name)]
     if changed:
         raise CheckpointError(

@@ -373,3 +373,19 @@ def test_a_checkpoint_of_a_run_on_another_number_of_processes_is_refused(X, tmp_
     on_two = {**run, "training": {**run["training"], "processes": 2}}
     with pytest.raises(CheckpointError, match=r"different settings \(processes\)"):
         checkpoints._check_same_run(run, on_two, path)
+
+
+def test_a_checkpoint_that_records_only_the_users_options_resumes(X, tmp_path):
+    # Files written before defaults were recorded hold the user's options only;
+    # a changed option is still refused.
+    from pyro_sparse.infer import checkpoints
+
+    path = tmp_path / "run.ckpt"
+    pyro_sparse.train("ssl_dgm", X, max_epochs=1, lambda0=12.0, checkpointing=Checkpointing(path=path), **TINY)
+    run = serialization.read(path, checkpoints.CHECKPOINT_FILE)[0]["run"]
+    assert run["hyperparameters"]["lambda1"] == 1.0  # a default, recorded
+    older = {**run, "hyperparameters": {"lambda0": 12.0}}
+    checkpoints._check_same_run(older, run, path)
+    changed = {**run, "hyperparameters": {**run["hyperparameters"], "lambda0": 20.0}}
+    with pytest.raises(CheckpointError, match=r"different settings \(lambda0\)"):
+        checkpoints._check_same_run(older, changed, path)
