@@ -342,6 +342,40 @@ def classification_table(results, pixel_accuracy, header):
     return "\n".join(lines) + _errors(results)
 
 
+def classification_targets(results, vsc_label):
+    """
+    Issue 20's targets for Fig. 3, per seed and for the means over seeds: VSC's accuracy at the
+    largest K within 0.02 of its best over K, and at least the VAE's at every K >= 200.
+    """
+    ok = [r for r in _ok(results) if r["part"] == "classification"]
+    accuracy = {(r["label"], r["latent_dim"], r["seed"]): r["accuracy"] for r in ok}
+    sizes = sorted({K for label, K, _ in accuracy if label == vsc_label})
+    seeds = sorted({seed for label, _, seed in accuracy if label == vsc_label})
+    if not sizes or not any(label == "VAE" for label, _, _ in accuracy):
+        return ""
+
+    def verdict(get):
+        vsc = {K: get(vsc_label, K) for K in sizes}
+        if any(v is None for v in vsc.values()):
+            return "incomplete"
+        gap = max(vsc.values()) - vsc[sizes[-1]]
+        margins = [(K, vsc[K] - get("VAE", K)) for K in sizes if K >= 200 and get("VAE", K) is not None]
+        return (f"K = {sizes[-1]} is {gap:.3f} below VSC's best ({'met' if gap <= 0.02 else 'missed'}); "
+                "VSC − VAE " + ", ".join(f"{m:+.3f} at K = {K}" for K, m in margins)
+                + (" (met)" if margins and all(m >= 0 for _, m in margins) else " (missed)"))
+
+    lines = ["", "Targets (issue 20): VSC at the largest K within 0.02 of its best over K; VSC ≥ VAE at K ≥ 200."]
+    for seed in seeds:
+        lines.append(f"- seed {seed}: " + verdict(lambda label, K: accuracy.get((label, K, seed))))
+
+    def mean(label, K):
+        values = [v for (lab, k, _), v in accuracy.items() if lab == label and k == K]
+        return float(np.mean(values)) if values else None
+
+    lines.append(f"- mean over seeds {seeds}: " + verdict(mean))
+    return "\n".join(lines)
+
+
 def alpha_table(results, header):
     columns = [
         ("nll", "test NLL", 1), ("nll_median", "median test NLL", 1), ("neg_elbo", "test −ELBO", 1),
@@ -605,6 +639,7 @@ def main():
     if by_part["classification"]:
         header = f"VAE vs VSC (α = {args.alpha:g}), {args.seeds} seeds. " + setup
         markdown = classification_table(by_part["classification"], pixel_accuracy, header)
+        markdown += classification_targets(by_part["classification"], f"VSC α={args.alpha:g}")
         with open(path("vsc_classification", "md"), "w") as stream:
             stream.write(markdown + "\n")
         accuracy_figure(by_part["classification"], pixel_accuracy, path("vsc_accuracy", "png"), args.data)

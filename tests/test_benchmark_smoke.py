@@ -140,3 +140,5 @@ def test_vsc_classification_smoke(tmp_path):
         assert "error" not in run, run.get("error")
         assert run["seed"] == 1 and run["latent_dim"] == 4 and run["epochs_trained"] == 2
         assert run["rollbacks"] == 0 and run["stopped"] is None and 0 <= run["accuracy"] <= 1
+    targets = (tmp_path / "vsc_classification.md").read_text().split("Targets (issue 20)")[1]
+    assert "- seed 1: K = 4 is 0.000 below VSC's best (met)" in targets and "mean over seeds [1]" in targets
