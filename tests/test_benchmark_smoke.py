@@ -142,3 +142,14 @@ def test_vsc_classification_smoke(tmp_path):
         assert run["rollbacks"] == 0 and run["stopped"] is None and 0 <= run["accuracy"] <= 1
     targets = (tmp_path / "vsc_classification.md").read_text().split("Targets (issue 20)")[1]
     assert "- seed 1: K = 4 is 0.000 below VSC's best (met)" in targets and "mean over seeds [1]" in targets
+
+
+def test_synthetic_recovery_smoke(tmp_path):
+    run_script(
+        "synthetic_recovery.py", "--generator", "correlated", "--levels", "0.3", "--likelihoods", "bernoulli",
+        "--seeds", "1", "--epochs", "1", "--restarts", "2", "--jobs", "1", "--out", str(tmp_path),
+    )
+    results = check_outputs(str(tmp_path / "synthetic_recovery_correlated"), [])
+    assert {(run["level"], run["likelihood"]) for run in results["results"]} == {(0.3, "bernoulli")}
+    assert {"VAE", "sparse VAE, learned R, best of 2 (n_init)"} <= {run["label"] for run in results["results"]}
+    assert "## Targets (issue 18)" in (tmp_path / "synthetic_recovery_correlated.md").read_text()
