@@ -310,11 +310,14 @@ class Trainer:
         self.loop = checkpoints.restore(self.last_good, *self._live)
         self.loop.rollbacks = rollbacks
         self.loop.history.setdefault("rollbacks", []).append(event)  # older checkpoints lack the key
+        # Fresh draws for the retried epoch: replaying the restored ones would replay a loss that one
+        # unlucky draw of the codes caused.  Derived from the restored state, so a run stays reproducible.
+        torch.manual_seed(int(torch.randint(2**62, ())) + rollbacks)
         for group, halved_lr in zip(self.optimizer.param_groups, halved):
             group["lr"] = halved_lr
         warnings.warn(
-            f"{error}; rolled back to the end of epoch {self.loop.epoch} and halved the learning rates to "
-            f"{halved} (rollback {rollbacks} of {policy.max_rollbacks})",
+            f"{error}; rolled back to the end of epoch {self.loop.epoch}, halved the learning rates to "
+            f"{halved} and drew fresh noise (rollback {rollbacks} of {policy.max_rollbacks})",
             stacklevel=4,
         )
         self.last_good = checkpoints.capture(self.loop, *self._live)
