@@ -147,7 +147,8 @@ def test_vsc_classification_smoke(tmp_path):
 def test_synthetic_recovery_smoke(tmp_path):
     run_script(
         "synthetic_recovery.py", "--generator", "correlated", "--levels", "0.3", "--likelihoods", "bernoulli",
-        "--seeds", "1", "--epochs", "1", "--restarts", "2", "--jobs", "1", "--out", str(tmp_path),
+        "--models", "VAE;sparse VAE, learned R", "--seeds", "1", "--epochs", "1", "--restarts", "2", "--jobs", "1",
+        "--out", str(tmp_path),
     )
     results = check_outputs(str(tmp_path / "synthetic_recovery_correlated"), [])
     assert {(run["level"], run["likelihood"]) for run in results["results"]} == {(0.3, "bernoulli")}

@@ -67,7 +67,8 @@ def test_the_retried_epoch_draws_fresh_noise_reproducibly(X, monkeypatch):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fitted = pyro_sparse.train("vae", X, schedule=NO_WARMUP, seed=3,
-                                       checkpointing=Checkpointing(on_divergence="rollback", spike_factor=10), **TINY)
+                                       checkpointing=Checkpointing(on_divergence="rollback", spike_factor=10),
+                                       **{**TINY, "max_epochs": 6})
         return states, fitted
 
     (first, retry), fitted = run()
