@@ -364,7 +364,8 @@ def classification_targets(results, vsc_label):
                 "VSC − VAE " + ", ".join(f"{m:+.3f} at K = {K}" for K, m in margins)
                 + (" (met)" if margins and all(m >= 0 for _, m in margins) else " (missed)"))
 
-    lines = ["", "Targets (issue 20): VSC at the largest K within 0.02 of its best over K; VSC ≥ VAE at K ≥ 200."]
+    lines = ["", "", "Targets (issue 20): VSC at the largest K within 0.02 of its best over K; VSC ≥ VAE at K ≥ 200.",
+             ""]
     for seed in seeds:
         lines.append(f"- seed {seed}: " + verdict(lambda label, K: accuracy.get((label, K, seed))))
 
