@@ -209,13 +209,11 @@ class SVIModel:
         """
         latent_prior = hyper.get("latent_prior", self.latent_prior)
         mask_prior = hyper.get("mask_prior", self.mask_prior)
-        classes = [self.model]
-        if isinstance(latent_prior, str):
-            classes.append(LATENT_PRIORS[latent_prior])
-        if self.mask_prior is not None and isinstance(mask_prior, str):
-            classes.append(MASK_PRIORS[mask_prior])
-        if isinstance(latent_prior, str):
-            classes.append(GUIDES[LATENT_PRIORS[latent_prior].guide_family])
+        latent_class = LATENT_PRIORS[latent_prior] if isinstance(latent_prior, str) else None
+        mask_class = MASK_PRIORS[mask_prior] if self.mask_prior is not None and isinstance(mask_prior, str) else None
+        # A user's latent distribution picks its guide only when built: its guide's defaults stay unrecorded.
+        guide_class = GUIDES[latent_class.guide_family] if latent_class is not None else None
+        classes = [cls for cls in (self.model, latent_class, mask_class, guide_class) if cls is not None]
         defaults = {"latent_prior": self.latent_prior}
         if self.mask_prior is not None:
             defaults["mask_prior"] = self.mask_prior
