@@ -29,6 +29,12 @@ class SpikeSlabGuide(AmortizedGuide):
       parameters enter as λμ and λ log σ² with λ = 0, so only the spike
       probabilities learn — then λ rises linearly to 1 over
       ``pretrain_ramp_epochs``.
+
+    The slab's log σ² is bounded above, smoothly (b - softplus(b - v), so its
+    gradient never vanishes), by ``max_log_variance`` b; the default 0 keeps
+    the slab no wider than its N(0, 1) prior.  Without a bound the exp of a
+    linear output lets one unusual input reach σ ≈ 10⁴, whose draws wreck the
+    decoder and the loss (docs: VSC results, training spikes).
     """
 
     def __init__(
@@ -50,6 +56,7 @@ class SpikeSlabGuide(AmortizedGuide):
         temperature_decay=0.9995,
         network="mlp",
         covariate_dim=0,
+        max_log_variance=0.0,
     ):
         super().__init__(num_features, latent_dim, 3, hidden_dims, point_estimates, log1p_input, kl_weight, network,
                          covariate_dim=covariate_dim)
@@ -71,6 +78,7 @@ class SpikeSlabGuide(AmortizedGuide):
         self.spike_estimator = spike_estimator
         self.temperature_start, self.temperature_end = float(temperature_start), float(temperature_end)
         self.temperature_decay = float(temperature_decay)
+        self.max_log_variance = float(max_log_variance)
         # The schedules' current values are buffers: a fitted or loaded guide
         # evaluates with the values its training ended on (finished ones for a
         # fresh guide used on its own).
@@ -92,9 +100,10 @@ class SpikeSlabGuide(AmortizedGuide):
 
     def posterior(self, x, covariates=None):
         loc, log_variance, v = self.encoder_outputs(x, covariates)
-        # Clamped as the other networks' log-scales: an encoder driven far out
-        # must not underflow σ², whose log the KL takes.
-        log_variance = log_variance.clamp(-20.0, 20.0)
+        # Bounded above (see the class docstring); clamped below as the other
+        # networks' log-scales, so that σ², whose log the KL takes, never underflows.
+        bound = self.max_log_variance
+        log_variance = (bound - F.softplus(bound - log_variance)).clamp(min=-20.0)
         gate = (-F.relu(-v)).exp()
         # λ = 0 holds the slab at the prior N(0, 1) during spike pre-training.
         slab_loc, slab_scale = self.slab_weight * loc, (0.5 * self.slab_weight * log_variance).exp()
