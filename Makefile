@@ -1,6 +1,6 @@
 # Two entry points, each works on a fresh machine (Python 3.10+ with venv):
 #   make demo  - install everything, train the sparse VAE on the built-in synthetic data
-#   make test  - install everything, run the test suite
+#   make test  - install everything, run the test suite (one worker per core)
 # (make docs builds the documentation into docs/_build/html.)
 VENV ?= .venv
 PYTHON ?= python3
@@ -37,8 +37,9 @@ data: install
 		|| echo "dataset-fashion-mnist could not be installed; its tests will skip"; \
 	else echo "not root: dataset-fashion-mnist not installed; its tests will skip"; fi
 
+# One worker per core, each test file on one worker (its module fixtures fit once).
 test: install data
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --dist loadfile
 
 # The Sphinx site (docs/), warnings as errors; open docs/_build/html/index.html.
 docs: install

@@ -294,7 +294,9 @@ class SVIModel:
         )
         hyper = {**config["hyperparameters"], **(custom_priors or {})}
         # Files written before the slab's log σ² had a bound clamped it at 20.
-        if "max_log_variance" in self.option_names(hyper.get("latent_prior"), hyper.get("mask_prior")):
+        latent_prior = hyper.get("latent_prior")
+        if isinstance(latent_prior, str) and "max_log_variance" in self.option_names(latent_prior,
+                                                                                    hyper.get("mask_prior")):
             hyper.setdefault("max_log_variance", 20.0)
         covariates = CovariateSpec.from_config(config.get("covariates"))
         model, guide, elbo = self.build(summary, config["latent_dim"], config["likelihood"], hyper, covariates,

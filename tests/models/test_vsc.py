@@ -110,18 +110,17 @@ def test_extreme_encoder_outputs_keep_the_kl_finite():
     assert torch.isfinite(kl).all()
 
 
-def test_the_slab_is_never_wider_than_the_bound_and_its_gradient_stays():
+def test_the_slab_is_never_wider_than_the_bound():
     # log σ² = 18 was seen on one Fashion-MNIST image: draws of |z| ≈ 2e4 and a loss of 1e9.
     guide = SpikeSlabGuide(5, 3, hidden_dims=(4,))
     with torch.no_grad():
         last = guide.encoder[-1]
         last.weight.zero_()
         last.bias.copy_(torch.tensor([0.0] * 3 + [18.0, 0.0, -3.0] + [0.0] * 3))  # μ, log σ², v
-    log_variance = 2 * guide.posterior(torch.randn(2, 5)).base_dist.scale.log()
-    assert (log_variance <= 0).all() and log_variance[:, 0].max() > -1e-6
-    np.testing.assert_allclose(log_variance[:, 2].detach(), -3 - np.log1p(np.exp(-3)), rtol=1e-5)  # b - softplus(b - v)
-    guide.posterior(torch.randn(2, 5)).base_dist.scale.sum().backward()
-    assert (last.bias.grad[3:6] > 0).all()  # no flat region: a too-wide slab can still be pulled back
+    log_variance = 2 * guide.posterior(torch.randn(2, 5)).base_dist.scale.log().detach()
+    np.testing.assert_allclose(log_variance, [[2.0, 0.0, -3.0]] * 2, atol=1e-5)
+    with pytest.raises(ValueError, match="max_log_variance"):
+        SpikeSlabGuide(5, 3, max_log_variance=float("nan"))
 
 
 def test_files_without_the_bound_load_with_the_former_clamp(fitted, tmp_path):
@@ -129,7 +128,7 @@ def test_files_without_the_bound_load_with_the_former_clamp(fitted, tmp_path):
 
     fitted.save(tmp_path / "model.pt")
     config, states = serialization.read(tmp_path / "model.pt")
-    assert fitted.guide.max_log_variance == 0.0
+    assert fitted.guide.max_log_variance == 2.0
     del config["hyperparameters"]["max_log_variance"]
     serialization.write(tmp_path / "old.pt", config, states)
     assert pyro_sparse.load(tmp_path / "old.pt").guide.max_log_variance == 20.0

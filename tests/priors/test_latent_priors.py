@@ -103,12 +103,13 @@ def test_sparse_mapping_and_sparse_codes_together_recover_the_support():
         "ssl_dgm", truth.X, latent_prior="spike_slab", alpha=0.5,
         **{**QUICK, "latent_dim": 2, "hidden_dims": (20, 20), "max_epochs": 60},
     )
-    support = np.abs(fitted.W_) > 0.1
+    support = fitted.inclusion_probs_ > 0.5
     # Factors are found up to order: match columns by overlap with the truth.
     if (support == truth.support[:, ::-1]).sum() > (support == truth.support).sum():
         support = support[:, ::-1]
-    # 8 true entries of 14; a ReLU network may keep one small extra entry (|w| ~ 0.3) after 60 epochs.
-    assert (support != truth.support).sum() <= 1, np.abs(fitted.W_).round(2)
+    # 8 true entries of 14, one miss allowed after 60 epochs.  Not every seed gets there: of seeds 0-4,
+    # seed 3 puts every feature on one column and seed 4 misses 2 entries.
+    assert (support != truth.support).sum() <= 1, fitted.inclusion_probs_.round(2)
     # Exact zeros, but not all codes: the fraction (0.10-0.13 here) moves with BLAS rounding (thread count).
     assert 0.05 < (fitted.transform(truth.X) == 0).mean() < 0.9
     assert fitted.model.site_priors["W"].inclusion_probs.shape == (7, 2)
