@@ -294,7 +294,7 @@ class SVIModel:
         )
         hyper = {**config["hyperparameters"], **(custom_priors or {})}
         # Files written before the slab's log σ² had a bound clamped it at 20.
-        latent_prior = hyper.get("latent_prior")
+        latent_prior = hyper.get("latent_prior", self.latent_prior)
         if isinstance(latent_prior, str) and "max_log_variance" in self.option_names(latent_prior,
                                                                                     hyper.get("mask_prior")):
             hyper.setdefault("max_log_variance", 20.0)

@@ -129,7 +129,8 @@ def test_files_without_the_bound_load_with_the_former_clamp(fitted, tmp_path):
     fitted.save(tmp_path / "model.pt")
     config, states = serialization.read(tmp_path / "model.pt")
     assert fitted.guide.max_log_variance == 2.0
-    del config["hyperparameters"]["max_log_variance"]
+    # As an older file: no max_log_variance, and (before files recorded defaults) no latent_prior.
+    del config["hyperparameters"]["max_log_variance"], config["hyperparameters"]["latent_prior"]
     serialization.write(tmp_path / "old.pt", config, states)
     assert pyro_sparse.load(tmp_path / "old.pt").guide.max_log_variance == 20.0
 
