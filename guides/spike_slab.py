@@ -37,6 +37,9 @@ class SpikeSlabGuide(AmortizedGuide):
     training spikes).
     """
 
+    # Model files written before the bound existed clamped log σ² at 20.
+    former_defaults = {"max_log_variance": 20.0}
+
     def __init__(
         self,
         num_features,

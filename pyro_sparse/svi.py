@@ -209,11 +209,7 @@ class SVIModel:
         """
         latent_prior = hyper.get("latent_prior", self.latent_prior)
         mask_prior = hyper.get("mask_prior", self.mask_prior)
-        latent_class = LATENT_PRIORS[latent_prior] if isinstance(latent_prior, str) else None
-        mask_class = MASK_PRIORS[mask_prior] if self.mask_prior is not None and isinstance(mask_prior, str) else None
-        # A user's latent distribution picks its guide only when built: its guide's defaults stay unrecorded.
-        guide_class = GUIDES[latent_class.guide_family] if latent_class is not None else None
-        classes = [cls for cls in (self.model, latent_class, mask_class, guide_class) if cls is not None]
+        classes = self._option_classes(hyper)
         defaults = {"latent_prior": self.latent_prior}
         if self.mask_prior is not None:
             defaults["mask_prior"] = self.mask_prior
@@ -223,6 +219,26 @@ class SVIModel:
             if name not in defaults and default is not inspect.Parameter.empty:
                 defaults[name] = default
         return {k: v for k, v in defaults.items() if k not in hyper}
+
+    def former_defaults(self, hyper):
+        """
+        The options a file written before they existed leaves out, with the
+        value it was trained under: each class's ``former_defaults``.
+        """
+        former = {}
+        for cls in self._option_classes(hyper):
+            former.update(getattr(cls, "former_defaults", {}))
+        return {k: v for k, v in former.items() if k not in hyper}
+
+    def _option_classes(self, hyper):
+        """The classes whose constructors take ``hyper``'s options: the model, the named priors, their guide."""
+        latent_prior = hyper.get("latent_prior", self.latent_prior)
+        mask_prior = hyper.get("mask_prior", self.mask_prior)
+        latent_class = LATENT_PRIORS[latent_prior] if isinstance(latent_prior, str) else None
+        mask_class = MASK_PRIORS[mask_prior] if self.mask_prior is not None and isinstance(mask_prior, str) else None
+        # A user's latent distribution picks its guide only when built: its guide's defaults stay unrecorded.
+        guide_class = GUIDES[latent_class.guide_family] if latent_class is not None else None
+        return [cls for cls in (self.model, latent_class, mask_class, guide_class) if cls is not None]
 
     # ------------------------------------------------------------ assembly
 
@@ -293,11 +309,7 @@ class SVIModel:
             np.asarray(config["feature_means"]), np.asarray(config["feature_variances"]),
         )
         hyper = {**config["hyperparameters"], **(custom_priors or {})}
-        # Files written before the slab's log σ² had a bound clamped it at 20.
-        latent_prior = hyper.get("latent_prior", self.latent_prior)
-        if isinstance(latent_prior, str) and "max_log_variance" in self.option_names(latent_prior,
-                                                                                    hyper.get("mask_prior")):
-            hyper.setdefault("max_log_variance", 20.0)
+        hyper.update(self.former_defaults(hyper))
         covariates = CovariateSpec.from_config(config.get("covariates"))
         model, guide, elbo = self.build(summary, config["latent_dim"], config["likelihood"], hyper, covariates,
                                         config.get("feature_names"))
