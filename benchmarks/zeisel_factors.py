@@ -82,7 +82,7 @@ def run(job):
                                max_epochs=epochs, seed=seed, progress=False, device="cpu", **hyper)
     codes = fitted.transform(data.X, kind="mean")
     support = (fitted.inclusion_probs_ > 0.5).tolist() if "W" in fitted.guide.unconstrained else None
-    return {"label": label, "seed": seed, "seconds": time.process_time() - start, "codes": codes.tolist(),
+    return {"label": label, "seed": seed, "epochs": epochs, "seconds": time.process_time() - start, "codes": codes.tolist(),
             "support": support, "factor_genes": [g.tolist() for g in factor_genes(fitted, data.X, codes)]}
 
 
@@ -142,21 +142,36 @@ def main():
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the finished fits of an interrupted run (zeisel_factors.runs.jsonl) and fit the rest")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     from pyro_sparse.data.real import load_zeisel
 
     data = load_zeisel()
-    jobs = [(label, seed, args.epochs) for label in MODELS for seed in range(args.seeds)]
-    with ProcessPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(run, jobs))
-    summary, table = summarize(results, data)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # Each finished fit is appended here at once (a 5-seed run takes ~3 CPU-hours), so an interrupted run resumes.
+    progress = out / "zeisel_factors.runs.jsonl"
+    finished = {}
+    if args.resume and progress.exists():
+        for line in progress.read_text().splitlines():
+            result = json.loads(line)
+            finished[(result["label"], result["seed"], result["epochs"])] = result
+    jobs = [(label, seed, args.epochs) for label in MODELS for seed in range(args.seeds)]
+    results = [finished[job] for job in jobs if job in finished]
+    progress.write_text("".join(json.dumps(result) + "\n" for result in results))
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for result in pool.map(run, [job for job in jobs if job not in finished]):
+            results.append(result)
+            with progress.open("a") as stream:
+                stream.write(json.dumps(result) + "\n")
+    summary, table = summarize(results, data)
     (out / "zeisel_factors.json").write_text(json.dumps({"summary": summary, "markers": table.tolist(),
                                                           "settings": vars(args)}, indent=1))
     text = markdown(summary, table, data, args)
     (out / "zeisel_factors.md").write_text(text)
+    progress.unlink()
     print(text)
 
 
