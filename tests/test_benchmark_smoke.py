@@ -154,3 +154,13 @@ def test_synthetic_recovery_smoke(tmp_path):
     assert {(run["level"], run["likelihood"]) for run in results["results"]} == {(0.3, "bernoulli")}
     assert {"VAE", "sparse VAE, learned R, best of 2 (n_init)"} <= {run["label"] for run in results["results"]}
     assert "## Targets (issue 18)" in (tmp_path / "synthetic_recovery_correlated.md").read_text()
+
+
+def test_support_oracle_smoke(tmp_path):
+    run_script("support_oracle.py", "--epochs", "1", "--data-seeds", "0", "--variants", "free,oracle,homotopy_full",
+               "--jobs", "1", "--out", str(tmp_path))
+    results = {run["variant"]: run for run in check_outputs(str(tmp_path / "support_oracle"), [])["results"]}
+    assert set(results) == {"free", "oracle", "homotopy_full"}
+    oracle = results["oracle"]
+    assert 0 < oracle["entries"] <= oracle["true_entries"], "W left the true support"
+    assert results["free"]["entries"] > oracle["true_entries"]
