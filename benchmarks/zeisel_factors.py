@@ -82,8 +82,9 @@ def run(job):
                                max_epochs=epochs, seed=seed, progress=False, device="cpu", **hyper)
     codes = fitted.transform(data.X, kind="mean")
     support = (fitted.inclusion_probs_ > 0.5).tolist() if "W" in fitted.guide.unconstrained else None
-    return {"label": label, "seed": seed, "epochs": epochs, "seconds": time.process_time() - start, "codes": codes.tolist(),
-            "support": support, "factor_genes": [g.tolist() for g in factor_genes(fitted, data.X, codes)]}
+    return {"label": label, "seed": seed, "epochs": epochs, "seconds": time.process_time() - start,
+            "codes": codes.tolist(), "support": support,
+            "factor_genes": [g.tolist() for g in factor_genes(fitted, data.X, codes)]}
 
 
 def accuracy(codes, labels):
@@ -151,7 +152,7 @@ def main():
     data = load_zeisel()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    # Each finished fit is appended here at once (a 5-seed run takes ~3 CPU-hours), so an interrupted run resumes.
+    # Each finished fit is appended here at once (a 5-seed run takes ~2 CPU-hours), so an interrupted run resumes.
     progress = out / "zeisel_factors.runs.jsonl"
     finished = {}
     if args.resume and progress.exists():
