@@ -46,6 +46,15 @@ VARIANTS = {
     "b500": {"b": 500.0},
     "homotopy": {"penalty_path": (100.0, 10.0)},
     "homotopy_full": {"penalty_path": (100.0, 10.0), "full_strength": True},
+    "oracle_init": {"oracle": "init"},
+    "random_init": {"random_init": 0.25},
+    "one_parent_init": {"random_init": "one"},
+    "sparse_restart": {"sparse_restart": True},
+    "restart_half": {"refit": 0.5},
+    "prune30": {"prune": (150, 0.3, True)},
+    "prune50": {"prune": (150, 0.5, True)},
+    "prune75": {"prune": (150, 0.75, True)},
+    "prune50_reentry": {"prune": (150, 0.5, False)},
 }
 RECORD_EPOCHS = 20
 
@@ -59,12 +68,15 @@ class ExploredSSL(SpikeSlabLassoPrior):
     """
 
     def __init__(self, num_features, latent_dim, lambda0=10.0, lambda1=1.0, a=1.0, b=None, lambda0_path=None,
-                 lambda0_path_epochs=10.0, support=None, penalty_path=None, full_strength=False, record_every=None):
+                 lambda0_path_epochs=10.0, support=None, penalty_path=None, full_strength=False, record_every=None, prune=None,
+                 initial_support=None, sparse_restart=False):
         super().__init__(num_features, latent_dim, lambda0, lambda1, a, b, lambda0_path=lambda0_path,
-                         lambda0_path_epochs=lambda0_path_epochs)
+                         lambda0_path_epochs=lambda0_path_epochs, initial_support=initial_support,
+                         sparse_restart=sparse_restart)
         self.support = None if support is None else torch.as_tensor(np.asarray(support, dtype=bool))
         self.penalty_path, self.full_strength = penalty_path, full_strength
         self.slab_rate, self.record_every, self.trajectory = self.lambda1, record_every, []
+        self.prune = prune  # (step, threshold, hold): zero |w| < threshold at that step; hold: keep them zero
 
     def schedule(self, epoch, iteration):
         super().schedule(epoch, iteration)
@@ -76,6 +88,13 @@ class ExploredSSL(SpikeSlabLassoPrior):
     @torch.no_grad()
     def after_step(self, mask, step_size, max_shift, strength=1.0):
         super().after_step(mask, step_size, max_shift, 1.0 if self.full_strength else strength)
+        if self.prune is not None and self.num_steps.item() == self.prune[0]:
+            kept = mask.abs() >= self.prune[1]
+            mask.masked_fill_(~kept, 0.0)
+            if self.prune[2]:
+                self.support = kept
+            self.average_gradient.zero_()  # re-entry needs the averaged gradient to beat the penalty afresh
+            self.update(mask)
         if self.support is not None:
             mask.masked_fill_(~self.support, 0.0)
             self.update(mask)
@@ -95,15 +114,37 @@ def run(job):
     train, test = synthetic_split(level, data_seed) if generator == "eq9" else correlated_split(level, data_seed,
                                                                                                "gaussian")
     latent_dim = SETTINGS[generator]["latent_dim"]
-    if options.pop("oracle", False):
+    oracle = options.pop("oracle", False)
+    if oracle:
         support = np.zeros((train.X.shape[1], latent_dim), dtype=bool)
         support[:, : train.z.shape[1]] = np.asarray(train.support, dtype=bool)
-        options["support"] = support
+        options["initial_support" if oracle == "init" else "support"] = support
+    random_init = options.pop("random_init", None)
+    if random_init is not None:  # a sparse start that knows nothing of the truth
+        rng = np.random.default_rng([data_seed, 7])
+        shape = (train.X.shape[1], latent_dim)
+        if random_init == "one":
+            support = np.zeros(shape, dtype=bool)
+            support[np.arange(shape[0]), rng.integers(latent_dim, size=shape[0])] = True
+        else:
+            support = rng.random(shape) < random_init
+        options["initial_support"] = support
     warmup = options.pop("kl_warmup_epochs", None)
-    options["record_every"] = RECORD_EPOCHS * -(-train.X.shape[0] // 100)  # steps, batches of 100
-    fitted, seconds = fit_synthetic("ssl_dgm", train.X, 0, epochs, {
-        "latent_prior": "correlated", "mask_prior": "ssl_explored",
-        "schedule": None if warmup is None else Schedule(kl_warmup_epochs=warmup), **options}, latent_dim)
+    steps_per_epoch = -(-train.X.shape[0] // 100)  # batches of 100
+    options["record_every"] = RECORD_EPOCHS * steps_per_epoch
+    if "prune" in options:
+        epoch, threshold, hold = options["prune"]
+        options["prune"] = (epoch * steps_per_epoch, threshold, hold)
+    refit = options.pop("refit", None)
+    hyper = {"latent_prior": "correlated", "mask_prior": "ssl_explored",
+             "schedule": None if warmup is None else Schedule(kl_warmup_epochs=warmup)}
+    first_seconds = 0.0
+    if refit is not None:  # as sparse_restart, from every entry with |w| >= refit x the row's largest
+        first, first_seconds = fit_synthetic("ssl_dgm", train.X, 0, epochs, {**hyper, **options}, latent_dim)
+        w = np.abs(first.W_)
+        options["initial_support"] = (w > 0) & (w >= refit * w.max(1, keepdims=True))
+    fitted, seconds = fit_synthetic("ssl_dgm", train.X, 0, epochs, {**hyper, **options}, latent_dim)
+    seconds += first_seconds
     z = fitted.transform(test.X, kind="mean")
     included = fitted.inclusion_probs_ > 0.5
     return {

@@ -320,8 +320,23 @@ class SVIModel:
     # ------------------------------------------------------------ fitting
 
     def fit(self, name, dataset, latent_dim, settings, hyper):
-        """Train on ``dataset`` (a validated :class:`~pyro_sparse.data.Dataset`) and return a FittedModel."""
+        """
+        Train on ``dataset`` (a validated :class:`~pyro_sparse.data.Dataset`) and
+        return a FittedModel.  With ``sparse_restart=True`` (SSL mask priors)
+        fit twice: the second fit starts W on the first fit's
+        ``restart_support`` and is the one returned.
+        """
         self.check_options(name, hyper)
+        if hyper.get("sparse_restart"):
+            if settings.checkpointing.resume_from is not None:
+                raise ValueError("sparse_restart=True fits twice and cannot resume from a checkpoint; resume the "
+                                 "second fit with sparse_restart=False and the initial_support its file records")
+            first = self._fit_once(name, dataset, latent_dim, settings, {**hyper, "sparse_restart": False})
+            prior = next(p for p in first.model.site_priors.values() if hasattr(p, "restart_support"))
+            hyper = {**hyper, "initial_support": prior.restart_support(first.W_)}
+        return self._fit_once(name, dataset, latent_dim, settings, hyper)
+
+    def _fit_once(self, name, dataset, latent_dim, settings, hyper):
         device = resolve_device(settings.device)
         if settings.hardware.strategy == "ddp":
             device = distributed.init_process_group(device)
