@@ -14,14 +14,24 @@ sparse VAE is fitted
   path 2 → 5 → 10 (``path``), Beta(1, 500) on η (``b500``), and a penalty
   homotopy, the slab rate halving every 10 epochs from 100 down to λ1 (as
   the lasso path of glmnet, from sparse to dense), with the warm-up ramp of
-  the penalty (``homotopy``) and without it (``homotopy_full``).
+  the penalty (``homotopy``) and without it (``homotopy_full``);
+* from other starts of W (free afterwards): the true support
+  (``oracle_init``), a random quarter of the entries (``random_init``), one
+  random parent per feature (``one_parent_init``), and the library's
+  ``sparse_restart`` (a second fit from the first fit's largest entry per
+  feature) or the same from every entry at least half the row's largest
+  (``restart_half``);
+* pruned at epoch 150: entries with |w| below 0.3 / 0.5 / 0.75 set to zero
+  and held there (``prune30`` ...), or let back in by the zero test
+  (``prune50_reentry``).
 
 Each row: final training loss (-ELBO per point, priors included: the
 objective), heldout NLL (50 importance draws), DCI, F(W) (E[γ] > 0.5), the
 entries of W with E[γ] > 0.5 and their count every 20 epochs.  Writes
 ``support_oracle_<generator>.json`` / ``.md``.
 
-    python benchmarks/support_oracle.py                  # 2 data seeds x 8 variants, ~25 min on 2 cores
+    python benchmarks/support_oracle.py --variants free,oracle,kl10,lambda0_30,path,b500,homotopy,homotopy_full
+    python benchmarks/support_oracle.py --variants oracle_init,random_init,one_parent_init,sparse_restart
     python benchmarks/support_oracle.py --generator eq9 --data-seeds 0,1,2,3,4 --variants free,oracle
 """
 

@@ -127,7 +127,8 @@ def run(job):
         R = fitted.latent_correlation_
         # A code may be a factor with its sign flipped: read R in the factors' orientation.
         signs = [np.sign(np.corrcoef(z[:, matching[k]], test.z[:, k])[0, 1]) for k in (0, 1)]
-        result["rho_hat"] = float(R[matching[0], matching[1]] * signs[0] * signs[1])
+        rho_hat = float(R[matching[0], matching[1]] * signs[0] * signs[1])
+        result["rho_hat"] = rho_hat if np.isfinite(rho_hat) else None  # None: a matched code is constant (unused)
     return result
 
 

@@ -157,10 +157,11 @@ def test_synthetic_recovery_smoke(tmp_path):
 
 
 def test_support_oracle_smoke(tmp_path):
-    run_script("support_oracle.py", "--epochs", "1", "--data-seeds", "0", "--variants", "free,oracle,homotopy_full",
-               "--jobs", "1", "--out", str(tmp_path))
+    run_script("support_oracle.py", "--epochs", "1", "--data-seeds", "0", "--variants",
+               "free,oracle,homotopy_full,sparse_restart", "--jobs", "1", "--out", str(tmp_path))
     results = {run["variant"]: run for run in check_outputs(str(tmp_path / "support_oracle_correlated"), [])["results"]}
-    assert set(results) == {"free", "oracle", "homotopy_full"}
+    assert set(results) == {"free", "oracle", "homotopy_full", "sparse_restart"}
     oracle = results["oracle"]
     assert 0 < oracle["entries"] <= oracle["true_entries"], "W left the true support"
     assert results["free"]["entries"] > oracle["true_entries"]
+    assert results["sparse_restart"]["entries"] < results["free"]["entries"], "the restart did not start sparse"
