@@ -329,8 +329,8 @@ class SVIModel:
         self.check_options(name, hyper)
         if hyper.get("sparse_restart"):
             if settings.checkpointing.resume_from is not None:
-                raise ValueError("sparse_restart=True fits twice and cannot resume from a checkpoint; resume the "
-                                 "second fit with sparse_restart=False and the initial_support its file records")
+                raise ValueError("sparse_restart=True fits twice and cannot resume from a checkpoint: fit again "
+                                 "without resume_from, or resume a fit made without sparse_restart")
             first = self._fit_once(name, dataset, latent_dim, settings, {**hyper, "sparse_restart": False})
             prior = next(p for p in first.model.site_priors.values() if hasattr(p, "restart_support"))
             hyper = {**hyper, "initial_support": prior.restart_support(first.W_)}

@@ -56,7 +56,8 @@ class SpikeSlabLassoPrior(SitePrior):
         (docs: Results, synthetic).
     :param bool sparse_restart: fit twice, the second time from
         :meth:`restart_support` of the first fit's W (each feature starts
-        with one parent, its strongest), at twice the training time.
+        with one parent, its strongest), at twice the training time.  It
+        cannot resume from a checkpoint.
     """
 
     def __init__(self, num_features, latent_dim, lambda0=10.0, lambda1=1.0, a=1.0, b=None, gradient_averaging=0.01,
@@ -88,7 +89,7 @@ class SpikeSlabLassoPrior(SitePrior):
             initial_support = np.asarray(initial_support)
             if initial_support.shape != (num_features, latent_dim) or not np.isin(initial_support, (0, 1)).all():
                 raise ValueError(f"initial_support must be ({num_features}, {latent_dim}) booleans (features x "
-                                 f"factors), got shape {initial_support.shape}")
+                                 f"factors), got {initial_support.dtype} values of shape {initial_support.shape}")
             initial_support = torch.as_tensor(initial_support.astype(bool))
         self.initial_support = initial_support
         self.sparse_restart = bool(sparse_restart)
