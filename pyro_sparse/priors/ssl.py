@@ -110,7 +110,7 @@ class SpikeSlabLassoPrior(SitePrior):
     @staticmethod
     def restart_support(mask):
         """
-        The start of a sparse restart: each feature's entry of largest |w_jk|
+        The start of a sparse restart: each feature's entry of largest :math:`|w_{jk}|`
         (none for a feature whose row of W is zero).  In a dense fit on
         correlated factors the largest entries are mostly true ones and the
         others mostly false (docs: Results, synthetic), so the restart begins
