@@ -78,8 +78,8 @@ class ExploredSSL(SpikeSlabLassoPrior):
     """
 
     def __init__(self, num_features, latent_dim, lambda0=10.0, lambda1=1.0, a=1.0, b=None, lambda0_path=None,
-                 lambda0_path_epochs=10.0, support=None, penalty_path=None, full_strength=False, record_every=None, prune=None,
-                 initial_support=None, sparse_restart=False):
+                 lambda0_path_epochs=10.0, support=None, penalty_path=None, full_strength=False, record_every=None,
+                 prune=None, initial_support=None, sparse_restart=False):
         super().__init__(num_features, latent_dim, lambda0, lambda1, a, b, lambda0_path=lambda0_path,
                          lambda0_path_epochs=lambda0_path_epochs, initial_support=initial_support,
                          sparse_restart=sparse_restart)

@@ -43,10 +43,11 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+SPARSE_RESTART = "sparse VAE, learned R, sparse restart"
 MODELS = {
     "sparse VAE, Σ = I": ("ssl_dgm", {}),
     "sparse VAE, learned R": ("ssl_dgm", {"latent_prior": "correlated"}),
-    "sparse VAE, learned R, sparse restart": ("ssl_dgm", {"latent_prior": "correlated", "sparse_restart": True}),
+    SPARSE_RESTART: ("ssl_dgm", {"latent_prior": "correlated", "sparse_restart": True}),
     "VAE": ("vae", {}),
 }
 SETTINGS = {
@@ -133,7 +134,6 @@ def run(job):
 
 
 BEST_OF = "sparse VAE, learned R, best of {n} (n_init)"
-SPARSE_RESTART = "sparse VAE, learned R, sparse restart"
 
 
 def best_of(results, label, restarts):
