@@ -17,11 +17,15 @@ the VAE, K = 15, Table 6's settings (3 hidden layers of 100, batch 512, lr
   For each type and each seed we ask whether some factor's 20 top genes
   (largest |W_jk|; for the VAE, largest |∂ decoder / ∂ z_k| is not available,
   so its factors are ranked by the absolute correlation of code and gene)
-  contain at least 3 of its markers.
+  contain at least 3 of its markers; and, so that the models are compared
+  alike, the same with every model's codes ranked by that correlation.
 
-Writes ``zeisel_factors.json`` / ``.md``.
+Writes ``zeisel_factors.json`` / ``.md``.  ``--models`` fits some of the
+models only; the rows of the others are kept from the existing results if
+those were fitted with the same seeds and epochs.
 
     python benchmarks/zeisel_factors.py --seeds 5
+    python benchmarks/zeisel_factors.py --models "sparse VAE, learned R, sparse restart"
 """
 
 import argparse
@@ -36,6 +40,7 @@ RESULTS = Path(__file__).parent / "results"
 MODELS = {
     "sparse VAE, Σ = I": ("ssl_dgm", {}),
     "sparse VAE, learned R": ("ssl_dgm", {"latent_prior": "correlated"}),
+    "sparse VAE, learned R, sparse restart": ("ssl_dgm", {"latent_prior": "correlated", "sparse_restart": True}),
     "VAE": ("vae", {}),
 }
 NUM_MARKERS, TOP_GENES, HITS = 10, 20, 3
@@ -57,6 +62,11 @@ def factor_genes(fitted, X, codes):
     if "W" in fitted.guide.unconstrained:
         W = np.abs(fitted.W_)
         return [np.argsort(-W[:, k])[:TOP_GENES] for k in fitted.active_factors_ if W[:, k].any()]
+    return correlated_genes(X, codes)
+
+
+def correlated_genes(X, codes):
+    """Each varying code's ``TOP_GENES`` genes by |corr(code, gene)|: the VAE's ranking, applied to every model."""
     standardized = (X - X.mean(0)) / (X.std(0) + 1e-12)
     tops = []
     for k in range(codes.shape[1]):
@@ -97,23 +107,27 @@ def accuracy(codes, labels):
                                          codes, labels, cv=5)))
 
 
-def summarize(results, data):
+def summarize(results, data, labels):
     from pyro_sparse.evaluation import code_stability
 
     table = markers(data.X, data.labels)
     summary = {}
-    for label in MODELS:
+    for label in labels:
         runs = [r for r in results if r["label"] == label]
         codes = [np.asarray(r["codes"]) for r in runs]
         supports = [np.asarray(r["support"]) for r in runs] if runs[0]["support"] is not None else None
         stability = code_stability(codes, supports) if len(runs) > 1 else None
-        found = np.array([[any(len(set(genes) & set(table[k])) >= HITS for genes in r["factor_genes"])
-                           for k in range(len(table))] for r in runs])
+        found, found_by_correlation = (
+            np.array([[any(len(set(genes) & set(table[k])) >= HITS for genes in tops) for k in range(len(table))]
+                      for tops in ranking])
+            for ranking in ([r["factor_genes"] for r in runs], [correlated_genes(data.X, c) for c in codes]))
         summary[label] = {
             "accuracy": [accuracy(c, data.labels) for c in codes],
             "stability_codes": None if stability is None else stability.code_correlation,
             "stability_support": None if stability is None else stability.support_jaccard,
-            "types_with_marker_factor": found.mean(0).tolist(), "seconds": [r["seconds"] for r in runs],
+            "types_with_marker_factor": found.mean(0).tolist(),
+            "types_with_marker_factor_by_correlation": found_by_correlation.mean(0).tolist(),
+            "seconds": [r["seconds"] for r in runs],
         }
     return summary, table
 
@@ -135,7 +149,24 @@ def markdown(summary, table, data, args):
     for k, name in enumerate(names):
         cells = " | ".join(f"{row['types_with_marker_factor'][k]:.1f}" for row in summary.values())
         lines.append(f"| {name} | {', '.join(data.feature_names[j] for j in table[k][:5])}, ... | {cells} |")
+    lines += ["", "The same, every model's factors ranked alike, by |corr(code, gene)| (codes of sd > 0.1; – : "
+              "fitted before this ranking was added):", "", "| cell type | " + " | ".join(summary) + " |",
+              "|---|" + "---|" * len(summary)]
+    for k, name in enumerate(names):
+        cells = " | ".join("–" if "types_with_marker_factor_by_correlation" not in row
+                           else f"{row['types_with_marker_factor_by_correlation'][k]:.1f}" for row in summary.values())
+        lines.append(f"| {name} | {cells} |")
     return "\n".join(lines) + "\n"
+
+
+def kept_rows(path, args, labels):
+    """The rows of the models not fitted now, from an earlier run with the same seeds and epochs."""
+    if not path.exists():
+        return {}
+    earlier = json.loads(path.read_text())
+    if (earlier["settings"]["seeds"], earlier["settings"]["epochs"]) != (args.seeds, args.epochs):
+        return {}
+    return {label: row for label, row in earlier["summary"].items() if label not in labels}
 
 
 def main():
@@ -143,12 +174,17 @@ def main():
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--models", default=";".join(MODELS), help="semicolon-separated labels of MODELS")
     parser.add_argument("--resume", action="store_true",
                         help="keep the finished fits of an interrupted run (zeisel_factors.runs.jsonl) and fit the rest")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     from pyro_sparse.data.real import load_zeisel
 
+    labels = args.models.split(";")
+    unknown = sorted(set(labels) - MODELS.keys())
+    if unknown:
+        parser.error(f"unknown models {unknown}; choose from {list(MODELS)}")
     data = load_zeisel()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -159,7 +195,7 @@ def main():
         for line in progress.read_text().splitlines():
             result = json.loads(line)
             finished[(result["label"], result["seed"], result["epochs"])] = result
-    jobs = [(label, seed, args.epochs) for label in MODELS for seed in range(args.seeds)]
+    jobs = [(label, seed, args.epochs) for label in labels for seed in range(args.seeds)]
     results = [finished[job] for job in jobs if job in finished]
     progress.write_text("".join(json.dumps(result) + "\n" for result in results))
     with ProcessPoolExecutor(args.jobs) as pool:
@@ -167,7 +203,9 @@ def main():
             results.append(result)
             with progress.open("a") as stream:
                 stream.write(json.dumps(result) + "\n")
-    summary, table = summarize(results, data)
+    summary, table = summarize(results, data, labels)
+    summary = {**kept_rows(out / "zeisel_factors.json", args, labels), **summary}
+    summary = {label: summary[label] for label in MODELS if label in summary}
     (out / "zeisel_factors.json").write_text(json.dumps({"summary": summary, "markers": table.tolist(),
                                                           "settings": vars(args)}, indent=1))
     text = markdown(summary, table, data, args)

@@ -324,17 +324,21 @@ class SVIModel:
         Train on ``dataset`` (a validated :class:`~pyro_sparse.data.Dataset`) and
         return a FittedModel.  With ``sparse_restart=True`` (SSL mask priors)
         fit twice: the second fit starts W on the first fit's
-        ``restart_support`` and is the one returned.
+        ``restart_support`` and is the one returned; its history keeps the
+        first fit's per-epoch training loss as ``first_fit_train_loss``.
         """
         self.check_options(name, hyper)
-        if hyper.get("sparse_restart"):
-            if settings.checkpointing.resume_from is not None:
-                raise ValueError("sparse_restart=True fits twice and cannot resume from a checkpoint: fit again "
-                                 "without resume_from, or resume a fit made without sparse_restart")
-            first = self._fit_once(name, dataset, latent_dim, settings, {**hyper, "sparse_restart": False})
-            prior = next(p for p in first.model.site_priors.values() if hasattr(p, "restart_support"))
-            hyper = {**hyper, "initial_support": prior.restart_support(first.W_)}
-        return self._fit_once(name, dataset, latent_dim, settings, hyper)
+        if not hyper.get("sparse_restart"):
+            return self._fit_once(name, dataset, latent_dim, settings, hyper)
+        if settings.checkpointing.resume_from is not None:
+            raise ValueError("sparse_restart=True fits twice and cannot resume from a checkpoint: fit again "
+                             "without resume_from, or resume a fit made without sparse_restart")
+        first = self._fit_once(name, dataset, latent_dim, settings, {**hyper, "sparse_restart": False})
+        prior = next(p for p in first.model.site_priors.values() if hasattr(p, "restart_support"))
+        fitted = self._fit_once(name, dataset, latent_dim, settings,
+                                {**hyper, "initial_support": prior.restart_support(first.W_)})
+        fitted.history_["first_fit_train_loss"] = list(first.history_["train_loss"])
+        return fitted
 
     def _fit_once(self, name, dataset, latent_dim, settings, hyper):
         device = resolve_device(settings.device)

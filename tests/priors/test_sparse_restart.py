@@ -47,9 +47,14 @@ def test_sparse_restart_starts_the_second_fit_on_the_first_fits_strongest_entrie
     assert recorded.sum() <= X.shape[1]  # at most one parent per feature at the start
     # The second fit starts sparse and is the one returned: entries off the start join only through the zero test.
     assert (restarted.W_ != 0).sum() < (first.W_ != 0).sum()
+    # The first fit's losses are kept, so the two objectives can be compared.
+    assert restarted.history_["first_fit_train_loss"] == first.history_["train_loss"]
+    assert restarted.history_["train_loss"] != first.history_["train_loss"]
     path = tmp_path / "restarted.pt"
     restarted.save(path)
-    np.testing.assert_array_equal(pyro_sparse.load(path).W_, restarted.W_)
+    loaded = pyro_sparse.load(path)
+    np.testing.assert_array_equal(loaded.W_, restarted.W_)
+    assert loaded.history_["first_fit_train_loss"] == first.history_["train_loss"]
 
 
 def test_sparse_restart_cannot_resume_from_a_checkpoint(tmp_path):
