@@ -204,10 +204,11 @@ def main():
             with progress.open("a") as stream:
                 stream.write(json.dumps(result) + "\n")
     summary, table = summarize(results, data, labels)
-    summary = {**kept_rows(out / "zeisel_factors.json", args, labels), **summary}
-    summary = {label: summary[label] for label in MODELS if label in summary}
+    kept = kept_rows(out / "zeisel_factors.json", args, labels)
+    summary = {label: {**kept, **summary}[label] for label in MODELS if label in {**kept, **summary}}
     (out / "zeisel_factors.json").write_text(json.dumps({"summary": summary, "markers": table.tolist(),
-                                                          "settings": vars(args)}, indent=1))
+                                                          "settings": {**vars(args), "rows_kept": list(kept)}},
+                                                         indent=1))
     text = markdown(summary, table, data, args)
     (out / "zeisel_factors.md").write_text(text)
     progress.unlink()
