@@ -205,7 +205,8 @@ def main():
                 stream.write(json.dumps(result) + "\n")
     summary, table = summarize(results, data, labels)
     kept = kept_rows(out / "zeisel_factors.json", args, labels)
-    summary = {label: {**kept, **summary}[label] for label in MODELS if label in {**kept, **summary}}
+    rows = {**kept, **summary}
+    summary = {label: rows[label] for label in MODELS if label in rows}
     (out / "zeisel_factors.json").write_text(json.dumps({"summary": summary, "markers": table.tolist(),
                                                           "settings": {**vars(args), "rows_kept": list(kept)}},
                                                          indent=1))
