@@ -3,6 +3,7 @@
 import pyro
 import pyro.distributions as dist
 import torch
+import torch.nn.functional as F
 from pyro import poutine
 from torch import nn
 from torch.distributions import transform_to
@@ -33,7 +34,14 @@ class AmortizedGuide(nn.Module):
     :param str network: ``"mlp"`` or ``"conv"`` (28x28 images, Fallah & Rozell Table 5).
     :param int covariate_dim: C, covariates appended to the encoder's input
         (:class:`~pyro_sparse.data.covariates.CovariateSpec`); 0 for none.
+    :param bool batch_norm: batch-normalise the MLP encoder's hidden layers,
+        as scVI's encoder does (``train`` turns it on for the count
+        likelihoods; measured in docs/results/single_cell.rst).  Codes are
+        then computed with the running statistics outside training.
     """
+
+    #: the value of options added since, for model files that do not record them.
+    former_defaults = {"batch_norm": False}
 
     def __init__(
         self,
@@ -47,19 +55,20 @@ class AmortizedGuide(nn.Module):
         network="mlp",
         extra_outputs=0,
         covariate_dim=0,
+        batch_norm=False,
     ):
         super().__init__()
         self.num_features, self.latent_dim = num_features, latent_dim
         self.log1p_input, self.kl_weight = log1p_input, float(kl_weight)
         self.input_affine = FeatureAffine(num_features)
         self.output_sizes = [latent_dim] * outputs_per_latent + ([extra_outputs] if extra_outputs else [])
-        self.covariate_dim = int(covariate_dim)
+        self.covariate_dim, self.batch_norm = int(covariate_dim), bool(batch_norm)
         if network == "conv":
-            if covariate_dim:
-                raise ValueError("the conv encoder takes images only: covariates need network='mlp'")
+            if covariate_dim or batch_norm:
+                raise ValueError("the conv encoder takes images only: covariates and batch_norm need network='mlp'")
             self.encoder = ConvEncoder28(num_features, sum(self.output_sizes))
         elif network == "mlp":
-            self.encoder = mlp(num_features + self.covariate_dim, hidden_dims, sum(self.output_sizes))
+            self.encoder = mlp(num_features + self.covariate_dim, hidden_dims, sum(self.output_sizes), self.batch_norm)
         else:
             raise ValueError(f"network must be 'mlp' or 'conv', got {network!r}")
         point_estimates = point_estimates or {}
@@ -74,6 +83,15 @@ class AmortizedGuide(nn.Module):
     def point_estimate(self, name):
         """The current value of a point-estimated global site."""
         return transform_to(self.supports[name])(self.unconstrained[name])
+
+    def inputs_from_unconstrained(self, u):
+        """
+        Data points the encoder accepts, from unconstrained values in its input
+        units (a prior's learned pseudo-inputs): the inverse of its input map,
+        with softplus before expm1 when it reads log(1 + x), so they are non-negative.
+        """
+        x = self.input_affine(u)
+        return torch.expm1(F.softplus(x)) if self.log1p_input else x
 
     def encoder_outputs(self, x, covariates=None):
         """

@@ -38,7 +38,7 @@ class SpikeSlabGuide(AmortizedGuide):
     """
 
     # Model files written before the bound existed clamped log σ² at 20.
-    former_defaults = {"max_log_variance": 20.0}
+    former_defaults = {**AmortizedGuide.former_defaults, "max_log_variance": 20.0}
 
     def __init__(
         self,
@@ -60,9 +60,10 @@ class SpikeSlabGuide(AmortizedGuide):
         network="mlp",
         covariate_dim=0,
         max_log_variance=2.0,
+        batch_norm=False,
     ):
         super().__init__(num_features, latent_dim, 3, hidden_dims, point_estimates, log1p_input, kl_weight, network,
-                         covariate_dim=covariate_dim)
+                         covariate_dim=covariate_dim, batch_norm=batch_norm)
         if spike_estimator not in ("relaxed", "straight_through"):
             raise ValueError(f"spike_estimator must be 'relaxed' or 'straight_through', got {spike_estimator!r}")
         if not 0 < slope_start <= slope_end:

@@ -198,7 +198,21 @@ class SVIModel:
             resolve_options = getattr(_named("mask_prior", mask_prior, MASK_PRIORS), "resolve_options", None)
             hyper = hyper if resolve_options is None else resolve_options(hyper, feature_names)
         data_defaults = getattr(self.model, "data_defaults", None)
-        return data_defaults(summary, likelihood, hyper) if data_defaults is not None else hyper
+        hyper = data_defaults(summary, likelihood, hyper) if data_defaults is not None else hyper
+        return self._encoder_defaults(likelihood, hyper)
+
+    def _encoder_defaults(self, likelihood, hyper):
+        """
+        Counts get scVI's batch-normalised MLP encoder (docs/results/single_cell.rst:
+        higher cell-type accuracy and heldout likelihood on CITE-seq), unless the
+        encoder is a conv net or the prior encodes pseudo-inputs with it.
+        """
+        latent_prior = hyper.get("latent_prior", self.latent_prior)
+        prior_class = LATENT_PRIORS.get(latent_prior) if isinstance(latent_prior, str) else None
+        if (likelihood not in COUNT_LIKELIHOODS or "batch_norm" in hyper or hyper.get("decoder") == "conv"
+                or getattr(prior_class, "encodes_inputs", False)):
+            return hyper
+        return {**hyper, "batch_norm": True}
 
     def defaults(self, hyper):
         """

@@ -2,6 +2,7 @@
 
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -68,11 +69,33 @@ def with_covariates(z, covariates):
     return torch.cat([z, covariates.expand(*z.shape[:-1], covariates.shape[-1])], dim=-1)
 
 
-def mlp(in_dim, hidden_dims, out_dim):
-    """A ReLU multilayer perceptron ``in_dim -> hidden_dims... -> out_dim``."""
+class RowBatchNorm(nn.BatchNorm1d):
+    """
+    Batch normalisation of a (..., C) input whose leading dims are all rows
+    (``nn.BatchNorm1d`` would read a second dim as channels).  A training
+    batch of one row is normalised with the running statistics: its own
+    variance is undefined.
+    """
+
+    def forward(self, x):
+        rows = x.reshape(-1, x.shape[-1])
+        if self.training and rows.shape[0] < 2:
+            out = F.batch_norm(rows, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+        else:
+            out = super().forward(rows)
+        return out.reshape(x.shape)
+
+
+def mlp(in_dim, hidden_dims, out_dim, batch_norm=False):
+    """
+    A ReLU multilayer perceptron ``in_dim -> hidden_dims... -> out_dim``;
+    ``batch_norm`` normalises each hidden layer before its ReLU, with scVI's
+    momentum and epsilon (Lopez et al. 2018).
+    """
     layers, width = [], in_dim
     for hidden in hidden_dims:
-        layers += [nn.Linear(width, hidden), nn.ReLU()]
+        norm = [RowBatchNorm(hidden, eps=1e-3, momentum=0.01)] if batch_norm else []
+        layers += [nn.Linear(width, hidden), *norm, nn.ReLU()]
         width = hidden
     layers.append(nn.Linear(width, out_dim))
     return nn.Sequential(*layers)

@@ -51,6 +51,9 @@ class LatentPrior(nn.Module):
     # Whether codes are sparse, so that more dimensions than features are
     # meaningful (train() warns about latent_dim > G only for dense codes).
     sparse_codes = True
+    # Whether the prior runs the guide's encoder on inputs of its own
+    # (pseudo-inputs), which a batch-normalised encoder would treat as a batch.
+    encodes_inputs = False
 
     def __init__(self, latent_dim):
         super().__init__()
@@ -194,8 +197,10 @@ class PseudoInputPrior(SpikeSlabPrior):
     sigmoid(a(· − b)) with a = ``selection_sharpness``, b =
     ``selection_threshold``) that weighs them per data point.  The KL of the
     pseudo-inputs' mean spike probability to α is added once per data point,
-    which keeps the prior's sparsity at α.  Pseudo-inputs are learned in the
-    guide's standardised units.
+    which keeps the prior's sparsity at α.  Pseudo-inputs are learned
+    unconstrained in the guide's input units
+    (:meth:`~pyro_sparse.guides.amortized.AmortizedGuide.inputs_from_unconstrained`:
+    non-negative when the guide reads counts).
     """
 
     def __init__(
@@ -210,9 +215,14 @@ class PseudoInputPrior(SpikeSlabPrior):
         self.selection_sharpness, self.selection_threshold = float(selection_sharpness), float(selection_threshold)
         self._encode = self._to_data_units = None
 
+    encodes_inputs = True
+
     def attach_guide(self, guide):
+        if guide.batch_norm:
+            raise ValueError("latent_prior='pseudo_inputs' encodes its pseudo-inputs with the guide's encoder; "
+                             "a batch-normalised encoder would normalise them as a batch: use batch_norm=False")
         # Bound methods, not submodules: the guide owns (and saves) its networks.
-        self._encode, self._to_data_units = guide.posterior, guide.input_affine.forward
+        self._encode, self._to_data_units = guide.posterior, guide.inputs_from_unconstrained
 
     def distribution(self, x):
         if self._encode is None:

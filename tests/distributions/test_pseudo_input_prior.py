@@ -76,3 +76,18 @@ def test_vsc_trains_with_pseudo_inputs_and_the_prior_sparsity_follows_alpha():
         mean_gate[alpha] = prior.components.gate.mean().item()
     # The sparsity term pulls the pseudo-inputs' mean spike probability towards α.
     assert mean_gate[0.02] < mean_gate[0.8] - 0.1, mean_gate
+
+
+def test_pseudo_inputs_encode_as_counts_when_the_guide_reads_counts():
+    # The guide reads log(1 + x): pseudo-inputs mapped through the input affine map alone went below -1 (NaN codes).
+    X = np.random.default_rng(0).poisson(3, size=(200, 12)).astype(np.float32)
+    fitted = pyro_sparse.train("vsc", X, likelihood="negative_binomial", latent_prior="pseudo_inputs",
+                               num_pseudo_inputs=4, latent_dim=3, max_epochs=2, hidden_dims=(8,), progress=False)
+    inputs = fitted.guide.inputs_from_unconstrained(torch.full((2, 12), -50.0))
+    assert (inputs >= 0).all()
+    assert np.isfinite(fitted.history_["train_loss"]).all()
+    # Their encoder is not batch-normalised (the prior would normalise them as a batch).
+    assert fitted.config["hyperparameters"]["batch_norm"] is False
+    with pytest.raises(ValueError, match="batch_norm=False"):
+        pyro_sparse.train("vsc", X, likelihood="negative_binomial", latent_prior="pseudo_inputs", batch_norm=True,
+                          latent_dim=3, max_epochs=1, progress=False)
