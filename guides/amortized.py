@@ -35,8 +35,8 @@ class AmortizedGuide(nn.Module):
     :param int covariate_dim: C, covariates appended to the encoder's input
         (:class:`~pyro_sparse.data.covariates.CovariateSpec`); 0 for none.
     :param bool batch_norm: batch-normalise the MLP encoder's hidden layers,
-        as scVI's encoder does (``train`` turns it on for the count
-        likelihoods; measured in docs/results/single_cell.rst).  Codes are
+        as scVI's encoder does (``train`` turns it on for the negative
+        binomial and ZINB likelihoods; measured in docs/results/single_cell.rst).  Codes are
         then computed with the running statistics outside training.
     """
 

@@ -1,4 +1,4 @@
-"""The batch-normalised encoder (``batch_norm``): scVI's encoder, on by default for count likelihoods."""
+"""The batch-normalised encoder (``batch_norm``): scVI's encoder, on by default for the NB and ZINB likelihoods."""
 
 import numpy as np
 import pytest
@@ -35,9 +35,10 @@ def counts():
 
 
 @pytest.mark.parametrize("model", ["vae", "ssl_dgm", "tvsc"])
-def test_count_likelihoods_batch_normalise_the_encoder_and_codes_do_not_depend_on_the_batch(model, counts, tmp_path):
+def test_overdispersed_counts_batch_normalise_the_encoder_and_codes_do_not_depend_on_the_batch(model, counts,
+                                                                                               tmp_path):
     # 301 rows in batches of 100: the last training batch has one row.
-    fitted = pyro_sparse.train(model, counts, likelihood="negative_binomial", latent_dim=2, max_epochs=2,
+    fitted = pyro_sparse.train(model, counts, likelihood="zinb" if model == "tvsc" else "negative_binomial", latent_dim=2, max_epochs=2,
                                batch_size=100, progress=False)
     assert fitted.config["hyperparameters"]["batch_norm"] is True
     assert any(isinstance(m, RowBatchNorm) for m in fitted.guide.encoder.modules())
@@ -49,10 +50,12 @@ def test_count_likelihoods_batch_normalise_the_encoder_and_codes_do_not_depend_o
 
 def test_other_likelihoods_and_explicit_choices_keep_the_plain_encoder(counts):
     gaussian = pyro_sparse.train("vae", np.log1p(counts), latent_dim=2, max_epochs=1, progress=False)
-    assert gaussian.config["hyperparameters"]["batch_norm"] is False
-    off = pyro_sparse.train("vae", counts, likelihood="poisson", batch_norm=False, latent_dim=2, max_epochs=1,
-                            progress=False)
-    assert not any(isinstance(m, RowBatchNorm) for m in off.guide.encoder.modules())
+    poisson = pyro_sparse.train("vae", counts, likelihood="poisson", latent_dim=2, max_epochs=1, progress=False)
+    off = pyro_sparse.train("vae", counts, likelihood="negative_binomial", batch_norm=False, latent_dim=2,
+                            max_epochs=1, progress=False)
+    for fitted in (gaussian, poisson, off):
+        assert fitted.config["hyperparameters"]["batch_norm"] is False
+        assert not any(isinstance(m, RowBatchNorm) for m in fitted.guide.encoder.modules())
 
 
 def test_files_without_the_option_load_with_the_plain_encoder(counts, tmp_path):
