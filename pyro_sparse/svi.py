@@ -532,9 +532,17 @@ def _warn_batch_size(batch_size, num_data):
 def _log_kl_terms(model, guide, data, device):
     """Say, once per fit, how each local latent's KL term is computed (closed form or Monte Carlo)."""
     batch = next(iter(data.minibatches(2, device=device, shuffle=False)))
-    # A trace draws random numbers; the fit must not depend on whether it ran.
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        terms = kl_terms(model, guide, batch.x, **batch.kwargs)
+    # A trace draws random numbers, and in training mode updates batch-norm statistics;
+    # the fit must not depend on whether it ran.
+    modes = [module.training for module in (model, guide)]
+    model.eval()
+    guide.eval()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            terms = kl_terms(model, guide, batch.x, **batch.kwargs)
+    finally:
+        model.train(modes[0])
+        guide.train(modes[1])
     for term in terms:
         logger.info(term.describe())
         if not term.closed_form and getattr(guide, "spike_estimator", None) == "relaxed":

@@ -2,6 +2,8 @@
 
 
 import torch
+import torch.distributed as dist
+import torch.distributed.nn as dist_nn
 import torch.nn.functional as F
 from torch import nn
 
@@ -72,17 +74,33 @@ def with_covariates(z, covariates):
 class RowBatchNorm(nn.BatchNorm1d):
     """
     Batch normalisation of a (..., C) input whose leading dims are all rows
-    (``nn.BatchNorm1d`` would read a second dim as channels).  A training
-    batch of one row is normalised with the running statistics: its own
-    variance is undefined.
+    (``nn.BatchNorm1d`` would read a second dim as channels).  Under
+    distributed training the statistics are those of the global minibatch
+    (a differentiable all-reduce of the ranks' sums), so every rank keeps the
+    same running statistics and the gradient is the one-process gradient.  A
+    training batch of one row is normalised with the running statistics: its
+    own variance is undefined.
     """
 
     def forward(self, x):
         rows = x.reshape(-1, x.shape[-1])
-        if self.training and rows.shape[0] < 2:
+        if not self.training:
+            return super().forward(rows).reshape(x.shape)
+        stats = torch.cat([rows.sum(0), rows.square().sum(0), rows.new_full((1,), rows.shape[0])])
+        if dist.is_available() and dist.is_initialized():
+            stats = dist_nn.all_reduce(stats)
+        channels = rows.shape[-1]
+        count = stats[-1].detach()
+        if count < 2:
             out = F.batch_norm(rows, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
-        else:
-            out = super().forward(rows)
+            return out.reshape(x.shape)
+        mean = stats[:channels] / count
+        variance = (stats[channels:-1] / count - mean.square()).clamp_min(0.0)
+        with torch.no_grad():
+            self.num_batches_tracked += 1
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(variance * count / (count - 1), self.momentum)
+        out = (rows - mean) * torch.rsqrt(variance + self.eps) * self.weight + self.bias
         return out.reshape(x.shape)
 
 
@@ -90,12 +108,14 @@ def mlp(in_dim, hidden_dims, out_dim, batch_norm=False):
     """
     A ReLU multilayer perceptron ``in_dim -> hidden_dims... -> out_dim``;
     ``batch_norm`` normalises each hidden layer before its ReLU, with scVI's
-    momentum and epsilon (Lopez et al. 2018).
+    momentum and epsilon (Lopez et al. 2018); those layers have no bias of
+    their own, which the normalisation would cancel (its gradient is rounding
+    noise, which Adam scales up to full steps).
     """
     layers, width = [], in_dim
     for hidden in hidden_dims:
         norm = [RowBatchNorm(hidden, eps=1e-3, momentum=0.01)] if batch_norm else []
-        layers += [nn.Linear(width, hidden), *norm, nn.ReLU()]
+        layers += [nn.Linear(width, hidden, bias=not batch_norm), *norm, nn.ReLU()]
         width = hidden
     layers.append(nn.Linear(width, out_dim))
     return nn.Sequential(*layers)
