@@ -203,6 +203,8 @@ class PseudoInputPrior(SpikeSlabPrior):
     non-negative when the guide reads counts).
     """
 
+    encodes_inputs = True
+
     def __init__(
         self, num_features, latent_dim, alpha=0.01, num_pseudo_inputs=20, selection_sharpness=60.0,
         selection_threshold=0.5,
@@ -213,16 +215,14 @@ class PseudoInputPrior(SpikeSlabPrior):
         self.pseudo_inputs = nn.Parameter(torch.randn(num_pseudo_inputs, num_features))
         self.selection = nn.Sequential(nn.Linear(num_features, num_pseudo_inputs), nn.ReLU())
         self.selection_sharpness, self.selection_threshold = float(selection_sharpness), float(selection_threshold)
-        self._encode = self._to_data_units = None
-
-    encodes_inputs = True
+        self._encode = self._to_inputs = None
 
     def attach_guide(self, guide):
         if guide.batch_norm:
             raise ValueError("latent_prior='pseudo_inputs' encodes its pseudo-inputs with the guide's encoder; "
                              "a batch-normalised encoder would normalise them as a batch: use batch_norm=False")
         # Bound methods, not submodules: the guide owns (and saves) its networks.
-        self._encode, self._to_data_units = guide.posterior, guide.inputs_from_unconstrained
+        self._encode, self._to_inputs = guide.posterior, guide.inputs_from_unconstrained
 
     def distribution(self, x):
         if self._encode is None:
@@ -231,7 +231,7 @@ class PseudoInputPrior(SpikeSlabPrior):
         scores = self.selection(x)
         scores = scores / scores.sum(-1, keepdim=True).clamp_min(1e-12)
         weights = torch.sigmoid(self.selection_sharpness * (scores - self.selection_threshold))
-        encoded = self._encode(self._to_data_units(self.pseudo_inputs)).base_dist
+        encoded = self._encode(self._to_inputs(self.pseudo_inputs)).base_dist
         # The recognition model may give γ = 1 exactly (log γ = -ReLU(-v)); a
         # prior component without an atom would make the KL from any posterior
         # with one infinite.

@@ -17,6 +17,7 @@ def test_row_batch_norm_is_batch_norm_over_every_leading_dim():
     torch.testing.assert_close(out, reference(x.reshape(15, 4)).reshape(3, 5, 4))
     torch.testing.assert_close(out.reshape(-1, 4).mean(0), torch.zeros(4), atol=1e-5, rtol=0)
     torch.testing.assert_close(norm.running_mean, reference.running_mean)
+    torch.testing.assert_close(norm.running_var, reference.running_var)
 
 
 def test_a_one_row_training_batch_uses_the_running_statistics():
