@@ -1,3 +1,5 @@
+import math
+
 import torch
 from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
@@ -84,6 +86,60 @@ class SpikeSlabLasso(TorchDistribution):
         p = self.inclusion_probability(value)
         return self.lambda1 * p + self.lambda0 * (1 - p)
 
+    @property
+    def inclusion_threshold(self):
+        r"""
+        δ, the |w| above which the slab is the likelier component
+        (E[γ | w] > 1/2): η λ1 e^{-λ1 δ} = (1 - η) λ0 e^{-λ0 δ}, so
+        δ = log((1 - η) λ0 / (η λ1)) / (λ0 - λ1), and 0 where the slab wins
+        everywhere.  With λ0 = λ1 (the Lasso ablation) E[γ] = η for all w:
+        δ = 0 if η ≥ 1/2, else ∞.
+        """
+        ratio = torch.log1p(-self.eta) - torch.log(self.eta) + torch.log(self.lambda0 / self.lambda1)
+        gap = self.lambda0 - self.lambda1
+        lasso = torch.where(self.eta >= 0.5, torch.zeros_like(ratio), torch.full_like(ratio, math.inf))
+        return torch.where(gap > 0, (ratio / gap.clamp(min=torch.finfo(gap.dtype).tiny)).clamp(min=0), lasso)
+
+    def slab_region_probability(self, loc, scale):
+        r"""
+        P(|w| > δ | y) for w with this prior and data whose likelihood in w is
+        Gaussian, N(w; ``loc``, ``scale``²): the posterior probability that w
+        lies where the slab is the likelier component (:attr:`inclusion_threshold`),
+        i.e. that the E-step's support call E[γ | w] > 1/2 holds.  Unlike
+        E[γ | y], which stays above η λ1 / (η λ1 + (1 - η) λ0) however
+        precisely the data put w at 0, it tends to 0 or 1 as the data grow.
+
+        Closed form: over each half-line a Laplace component times the
+        Gaussian is a Gaussian in w up to a factor, e.g. for w ≥ 0
+        e^{-λw} N(w; m, s²) = e^{-λm + λ²s²/2} N(w; m - λs², s²), so every
+        interval's mass is a difference of normal CDFs, computed in log space
+        and in float64 (for a wide likelihood the interval ends, in units of
+        ``scale``, differ by less than float32 resolves); returned in the
+        distribution's dtype.
+        """
+        loc, scale, eta, lambda0, lambda1 = (
+            torch.as_tensor(value, device=self.eta.device).double()
+            for value in (loc, scale, self.eta, self.lambda0, self.lambda1)
+        )
+        loc, scale, eta, lambda0, lambda1 = broadcast_all(loc, scale, eta, lambda0, lambda1)
+        threshold = SpikeSlabLasso(eta, lambda0, lambda1).inclusion_threshold
+        inf = torch.full_like(loc, math.inf)
+        inside, outside = [], []
+        for log_weight, rate in ((torch.log(eta), lambda1), (torch.log1p(-eta), lambda0)):
+            for sign in (1.0, -1.0):  # the half-lines w >= 0 and w <= 0, as intervals of |w|
+                shift = loc - sign * rate * scale**2
+                log_factor = log_weight + torch.log(rate / 2) - sign * rate * loc + (rate * scale) ** 2 / 2
+
+                def log_mass(low, high):  # of |w| in [low, high] on this half-line
+                    bounds = (low, high) if sign > 0 else (-high, -low)
+                    return log_factor + _log_normal_interval((bounds[0] - shift) / scale, (bounds[1] - shift) / scale)
+
+                inside.append(log_mass(torch.zeros_like(loc), threshold))
+                outside.append(log_mass(threshold, inf))
+        log_outside = torch.logsumexp(torch.stack(outside), 0)
+        log_inside = torch.logsumexp(torch.stack(inside), 0)
+        return torch.exp(log_outside - torch.logaddexp(log_outside, log_inside)).to(self.eta.dtype)
+
     def sample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
         with torch.no_grad():
@@ -117,3 +173,14 @@ class SpikeSlabLasso(TorchDistribution):
     def variance(self):
         # Var of Laplace(0, 1/λ) is 2/λ²; the mixture of zero-mean parts adds them.
         return 2 * self.eta / self.lambda1**2 + 2 * (1 - self.eta) / self.lambda0**2
+
+
+def _log_normal_interval(low, high):
+    """log(Φ(high) - Φ(low)) for low <= high, accurate in both tails (an interval above 0 is mirrored below it)."""
+    mirror = low > 0
+    low, high = torch.where(mirror, -high, low), torch.where(mirror, -low, high)
+    log_high, log_low = torch.special.log_ndtr(high), torch.special.log_ndtr(low)
+    difference = log_low - log_high  # <= 0
+    log1mexp = torch.where(difference > -math.log(2), torch.log(-torch.expm1(difference)),
+                           torch.log1p(-torch.exp(difference)))
+    return log_high + log1mexp

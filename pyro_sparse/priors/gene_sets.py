@@ -134,12 +134,12 @@ class GeneSetPrior(SpikeSlabLassoPrior):
     :class:`~pyro_sparse.priors.SpikeSlabLassoPrior`.
 
     K must be S + ``num_free_factors``; ``num_free_factors=None`` takes K - S.
-    Where w_jk = 0, E[γ_jk] = θ λ1 / (θ λ1 + (1 - θ) λ0): a gene leaves its
-    set with posterior inclusion ≤ α only when λ0/λ1 ≥ θ(1 - α)/(α(1 - θ)).
-    With the defaults (θ = 0.8, λ0 = 20) that inclusion is 1/6, so removals
-    can be flagged at an FDR of 1/6 or more.  A larger λ0 allows lower FDRs
-    but recovered the set supports less well, with over-confident flags
-    (docs: Results, single cell).
+    Where w_jk = 0, E[γ_jk] = θ λ1 / (θ λ1 + (1 - θ) λ0), 1/6 with the
+    defaults (θ = 0.8, λ0 = 20): E[γ] alone cannot call a removal at an FDR
+    below that.  :meth:`changes` therefore ranks the changes by the
+    posterior probability that \|w_jk\| exceeds the prior's spike/slab
+    crossing, which the data can drive to 0 or 1
+    (:meth:`pyro_sparse.FittedModel.support_probability`).
 
     :param int num_features: G.
     :param int latent_dim: K.
@@ -224,31 +224,39 @@ class GeneSetPrior(SpikeSlabLassoPrior):
         self.eta[self.num_sets:] = new_eta.clamp(tiny, 1 - 1e-6)
         self.inclusion_probs.copy_(probs)
 
-    def changes(self, fdr=None):
+    def changes(self, support_probability, fdr=None):
         r"""
         Genes the posterior moves into or out of each set, as a pandas
         DataFrame with columns ``set``, ``gene``, ``change`` (``"added"`` /
-        ``"removed"``), ``inclusion_probability`` E[γ_jk] and ``error_probability``,
-        the posterior probability that the change is wrong (E[γ] for a
-        removal, 1 - E[γ] for an addition).
+        ``"removed"``), ``inclusion_probability`` (the E-step's E[γ_jk | w_jk]),
+        ``support_probability`` (P(\|w_jk\| > δ_jk | data), given: a (G, K)
+        array such as :meth:`pyro_sparse.FittedModel.support_probability`
+        returns) and ``error_probability``, the posterior probability that
+        the change is wrong (the support probability of a removal, one minus
+        it for an addition).
 
-        ``fdr=None``: every change with error probability < 0.5 (E[γ] < 0.5
-        for an annotated gene, > 0.5 for an unannotated one).  ``fdr=α``: the
-        Bayesian FDR rule of Newton et al. (2004, Biostatistics 5:155, Sec. 3.2),
-        applied to removals and to additions separately, each pooled over all
-        sets: sort the candidates by error probability and report the longest
-        prefix whose mean error probability, the posterior expected share of
-        wrong calls in the list, is at most α.  (The running mean of sorted
-        values never decreases, so the prefix is well defined.)
+        ``fdr=None``: every change with error probability < 0.5.  ``fdr=α``:
+        the Bayesian FDR rule of Newton et al. (2004, Biostatistics 5:155,
+        Sec. 3.2), applied to removals and to additions separately, each
+        pooled over all sets: sort the candidates by error probability and
+        report the longest prefix whose mean error probability, the posterior
+        expected share of wrong calls in the list, is at most α.  (The
+        running mean of sorted values never decreases, so the prefix is well
+        defined.)
         """
         import pandas as pd  # only this method needs pandas
 
         if fdr is not None and not 0 < fdr < 1:
             raise ValueError(f"fdr must be in (0, 1), got {fdr!r}")
+        support = np.asarray(support_probability, dtype=float)
+        if support.shape != tuple(self.inclusion_probs.shape):
+            raise ValueError(f"support_probability must have shape {tuple(self.inclusion_probs.shape)}, got "
+                             f"{support.shape}")
+        support = support[:, : self.num_sets]
         probs = self.inclusion_probs[:, : self.num_sets].double().cpu().numpy()
         member = self.membership.cpu().numpy()
         tables = []
-        for change, candidates, error in (("removed", member, probs), ("added", ~member, 1 - probs)):
+        for change, candidates, error in (("removed", member, support), ("added", ~member, 1 - support)):
             genes, sets = np.nonzero(candidates)
             errors = error[genes, sets]
             order = np.argsort(errors, kind="stable")
@@ -262,6 +270,7 @@ class GeneSetPrior(SpikeSlabLassoPrior):
                 "gene": np.asarray(self.feature_names, dtype=object)[genes[keep]],
                 "change": change,
                 "inclusion_probability": probs[genes[keep], sets[keep]],
+                "support_probability": support[genes[keep], sets[keep]],
                 "error_probability": errors[keep],
             }))
         table = pd.concat(tables, ignore_index=True)

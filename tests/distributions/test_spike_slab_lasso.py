@@ -289,3 +289,66 @@ def test_grad_wrt_parameters_finite():
     )
     np.testing.assert_allclose(g_eta.numpy(), (psi1 - psi0) / (e * psi1 + (1 - e) * psi0),
                                rtol=1e-10)
+
+
+# ------------------------------------------------- posterior of the support ---
+@pytest.mark.parametrize("eta,lambda0,lambda1", PARAMS)
+def test_inclusion_threshold_is_where_the_slab_becomes_likelier(eta, lambda0, lambda1):
+    d = SpikeSlabLasso(torch.tensor(eta, dtype=torch.float64), lambda0, lambda1)
+    delta = d.inclusion_threshold
+    if delta > 0:
+        assert d.inclusion_probability(delta).item() == pytest.approx(0.5, abs=1e-12)
+        assert d.inclusion_probability(delta * 0.99) < 0.5 < d.inclusion_probability(delta * 1.01)
+    else:  # the slab is likelier everywhere
+        assert d.inclusion_probability(torch.tensor(0.0, dtype=torch.float64)) >= 0.5
+
+
+def test_inclusion_threshold_of_the_lasso_ablation():
+    # λ0 = λ1: E[γ | w] = η for every w.
+    d = SpikeSlabLasso(torch.tensor([0.3, 0.5, 0.7]), 2.0, 2.0)
+    assert d.inclusion_threshold.tolist() == [math.inf, 0.0, 0.0]
+
+
+CASES = [
+    # eta, lambda0, lambda1, loc, scale of the Gaussian likelihood of w
+    (0.8, 20.0, 1.0, 0.0, 0.01),
+    (0.8, 20.0, 1.0, 0.3, 0.05),
+    (0.02, 20.0, 1.0, 0.5, 0.2),
+    (0.5, 50.0, 2.0, -0.1, 1.0),
+    (0.3, 10.0, 1.0, 3.0, 2.0),
+    (0.99, 50.0, 1.0, -0.02, 0.03),
+]
+
+
+@pytest.mark.parametrize("eta,lambda0,lambda1,loc,scale", CASES)
+def test_slab_region_probability_against_quadrature(eta, lambda0, lambda1, loc, scale):
+    d = SpikeSlabLasso(torch.tensor(eta, dtype=torch.float64), lambda0, lambda1)
+    delta = d.inclusion_threshold.item()
+
+    def posterior(w):  # unnormalised: prior times the Gaussian likelihood
+        return numpy_density(w, eta, lambda0, lambda1) * math.exp(-0.5 * ((w - loc) / scale) ** 2)
+
+    def mass(low, high):
+        points = [p for p in (-delta, 0.0, delta, loc) if low < p < high]
+        return scipy.integrate.quad(posterior, low, high, points=points, limit=500, epsabs=0, epsrel=1e-11)[0]
+
+    reach = 40 * scale + 40 / lambda1
+    outside = mass(loc - reach - delta, -delta) + mass(delta, loc + reach + delta)
+    expected = outside / (outside + mass(-delta, delta))
+    assert d.slab_region_probability(loc, scale).item() == pytest.approx(expected, rel=1e-7, abs=1e-15)
+
+
+def test_slab_region_probability_limits():
+    d = SpikeSlabLasso(torch.tensor(0.8), 20.0, 1.0)  # float32: E[γ | 0] = 1/6, δ ≈ 0.085
+    # Data that pin w at 0 call it out of the support, far below E[γ]'s floor of 1/6 ...
+    assert d.slab_region_probability(0.0, 1e-3) < 1e-12
+    # ... and data that pin it at 0.3 call it in.
+    assert d.slab_region_probability(0.3, 1e-3) > 1 - 1e-6
+    # Uninformative data leave the prior's probability of |w| > δ.
+    prior_tail = 2 * (1 - d.cdf(d.inclusion_threshold))
+    assert d.slab_region_probability(0.0, 1e4).item() == pytest.approx(prior_tail.item(), rel=1e-3)
+    # Broadcasting and finite values over a range of scales and locations, float32 included.
+    loc = torch.linspace(-2, 2, 41)[:, None]
+    scale = torch.logspace(-4, 3, 15)
+    p = d.slab_region_probability(loc, scale)
+    assert p.shape == (41, 15) and torch.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()

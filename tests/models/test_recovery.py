@@ -46,3 +46,18 @@ def test_fit_and_disentanglement(fit):
     assert evaluation.dci_disentanglement(fitted.transform(test.X), test.z) > 0.9
     # σ² estimates the noise variance 0.5 where the decoder can fit the mean well.
     np.testing.assert_allclose(fitted.sigma2_[[0, 1, 3, 4]], 0.5, rtol=0.35)
+
+
+def test_support_probability_is_sharp_where_the_data_decide(fit):
+    fitted, test = fit
+    z = fitted.transform(test.X)
+    z1, z2 = evaluation.match_factors(z, test.z)
+    support = fitted.support_probability(test.X)
+    assert support.shape == fitted.W_.shape and np.all((support >= 0) & (support <= 1))
+    # Every true (feature, factor) pair is called with near certainty ...
+    assert (support[:, [z1, z2]][test.support] > 0.99).all(), support
+    # ... and the anchors of z2 are placed outside z1's column, where E[γ | w] stays unsure.
+    assert (support[[3, 4, 5], z1] < 0.01).all(), support
+    assert fitted.inclusion_probs_[[3, 4, 5], z1].max() > 0.1
+    # Switched-off factors (η = 0) have no support.
+    assert (support[:, fitted.eta_ == 0] < 1e-3).all()

@@ -187,43 +187,53 @@ def test_an_unreadable_file_is_named(tmp_path):
 
 
 # ------------------------------------------------------------ changes and FDR ---
+# Rows A-E; s1 = {A, B}, s2 = {B, C, D}.  The calls follow the support
+# probabilities; the E-step's E[γ] (set apart, to tell the columns apart) is reported beside them.
+SUPPORT = [[0.95, 0.02],
+           [0.03, 0.90],
+           [0.60, 0.10],
+           [0.01, 0.45],
+           [0.99, 0.30]]
+
+
 def with_posterior(probs):
+    """The prior with E[γ] = (1 + probs) / 4 (not the support probabilities) and the support table, free column 0."""
     p = prior()
-    p.inclusion_probs[:, :2] = torch.tensor(probs, dtype=torch.float32)
-    return p
-
-
-# Rows A-E; s1 = {A, B}, s2 = {B, C, D}.
-PROBS = [[0.95, 0.02],
-         [0.03, 0.90],
-         [0.60, 0.10],
-         [0.01, 0.45],
-         [0.99, 0.30]]
+    p.inclusion_probs[:, :2] = (1 + torch.tensor(probs, dtype=torch.float32)) / 4
+    support = np.zeros(tuple(p.inclusion_probs.shape))
+    support[:, :2] = probs
+    return p, support
 
 
 def test_changes_at_one_half():
-    table = with_posterior(PROBS).changes()
-    assert list(table.columns) == ["set", "gene", "change", "inclusion_probability", "error_probability"]
+    p, support = with_posterior(SUPPORT)
+    table = p.changes(support)
+    assert list(table.columns) == ["set", "gene", "change", "inclusion_probability", "support_probability",
+                                   "error_probability"]
     rows = [tuple(row) for row in table[["set", "gene", "change"]].itertuples(index=False)]
     assert rows == [("s1", "E", "added"), ("s1", "C", "added"), ("s1", "B", "removed"),
                     ("s2", "C", "removed"), ("s2", "D", "removed")]
-    np.testing.assert_allclose(table["inclusion_probability"], [0.99, 0.60, 0.03, 0.10, 0.45], rtol=1e-6)
+    support_of_rows = np.array([0.99, 0.60, 0.03, 0.10, 0.45])
+    np.testing.assert_allclose(table["support_probability"], support_of_rows, rtol=1e-6)
+    np.testing.assert_allclose(table["inclusion_probability"], (1 + support_of_rows) / 4, rtol=1e-6)
     np.testing.assert_allclose(table["error_probability"], [0.01, 0.40, 0.03, 0.10, 0.45], rtol=1e-5)
 
 
 def test_the_bayesian_fdr_rule_takes_the_longest_list_whose_mean_error_is_within_fdr():
-    p = with_posterior(PROBS)
-    # Removals sorted by E[γ]: B/s1 0.03, C/s2 0.10, D/s2 0.45, A/s1 0.95, B/s2 0.90 ...
+    p, support = with_posterior(SUPPORT)
+    # Removals sorted by support: B/s1 0.03, C/s2 0.10, D/s2 0.45, A/s1 0.95, B/s2 0.90 ...
     # running means 0.03, 0.065, 0.193, ...: α = 0.1 keeps two, α = 0.2 three.
-    removed = p.changes(fdr=0.1).query("change == 'removed'")
+    removed = p.changes(support, fdr=0.1).query("change == 'removed'")
     assert sorted(zip(removed["set"], removed["gene"])) == [("s1", "B"), ("s2", "C")]
-    assert len(p.changes(fdr=0.2).query("change == 'removed'")) == 3
-    # Additions sorted by 1 - E[γ]: E/s1 0.01, C/s1 0.40, E/s2 0.70 ...: running means 0.01, 0.205.
-    added = p.changes(fdr=0.1).query("change == 'added'")
+    assert len(p.changes(support, fdr=0.2).query("change == 'removed'")) == 3
+    # Additions sorted by 1 - support: E/s1 0.01, C/s1 0.40, E/s2 0.70 ...: running means 0.01, 0.205.
+    added = p.changes(support, fdr=0.1).query("change == 'added'")
     assert list(zip(added["set"], added["gene"])) == [("s1", "E")]
-    assert len(p.changes(fdr=0.25).query("change == 'added'")) == 2
+    assert len(p.changes(support, fdr=0.25).query("change == 'added'")) == 2
     with pytest.raises(ValueError, match="fdr must be in"):
-        p.changes(fdr=1.5)
+        p.changes(support, fdr=1.5)
+    with pytest.raises(ValueError, match=r"support_probability must have shape \(5, 3\)"):
+        p.changes(support[:, :2])
 
 
 def test_resolve_options_records_the_aligned_sets_as_json(tmp_path):

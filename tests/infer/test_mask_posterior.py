@@ -1,0 +1,63 @@
+"""The Laplace approximation of W's likelihood: its gradient and curvature against autograd's full Hessian."""
+
+import pyro
+import pytest
+import torch
+from pyro import poutine
+
+import pyro_sparse
+from pyro_sparse.data.synthetic import synthetic_sparse_dgm
+from pyro_sparse.infer.importance import exact_guide_trace
+from pyro_sparse.infer.mask_posterior import mask_log_likelihood_curvature
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    data = synthetic_sparse_dgm(n=60, rho=0.0, seed=0)
+    fitted = pyro_sparse.train("ssl_dgm", data.X, latent_dim=3, hidden_dims=(6,), max_epochs=3, batch_size=30,
+                               seed=0, progress=False, device="cpu")
+    fitted.model.double()
+    fitted.guide.double()
+    return fitted, torch.as_tensor(data.X, dtype=torch.float64)
+
+
+def log_likelihood(model, guide_trace, x, mask):
+    guide_trace.nodes["W"]["value"] = mask
+    trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x)
+    return sum(node["fn"].log_prob(node["value"]).sum() for node in trace.nodes.values()
+               if node["type"] == "sample" and node["is_observed"])
+
+
+def test_gradient_and_curvature_are_the_diagonal_of_the_full_hessian(fitted):
+    fitted, x = fitted
+    model, guide = fitted.model, fitted.guide
+    batch = type("Batch", (), {"x": x, "kwargs": {}})()
+    pyro.set_rng_seed(3)
+    gradient, curvature = mask_log_likelihood_curvature(model, guide, [batch], num_samples=1)
+    pyro.set_rng_seed(3)  # the same draw of the codes
+    guide_trace = exact_guide_trace(guide, x)
+    mask = guide_trace.nodes["W"]["value"].detach()
+    shape = mask.shape
+
+    def as_function(flat):
+        return log_likelihood(model, guide_trace, x, flat.reshape(shape))
+
+    flat = mask.reshape(-1).clone()
+    hessian = torch.autograd.functional.hessian(as_function, flat)
+    full_gradient = torch.autograd.functional.jacobian(as_function, flat)
+    torch.testing.assert_close(gradient.reshape(-1), full_gradient, rtol=1e-8, atol=1e-8)
+    torch.testing.assert_close(curvature.reshape(-1), -torch.diagonal(hessian), rtol=1e-8, atol=1e-8)
+    # Rows of W do not interact (Eq. 1): the Hessian is block-diagonal over features.
+    rows = torch.arange(flat.numel()) // shape[1]
+    assert torch.all(hessian[rows[:, None] != rows[None, :]] == 0)
+
+
+def test_samples_are_averaged(fitted):
+    fitted, x = fitted
+    batch = type("Batch", (), {"x": x, "kwargs": {}})()
+    pyro.set_rng_seed(0)
+    one = [mask_log_likelihood_curvature(fitted.model, fitted.guide, [batch], num_samples=1) for _ in range(2)]
+    pyro.set_rng_seed(0)
+    two = mask_log_likelihood_curvature(fitted.model, fitted.guide, [batch], num_samples=2)
+    for k in range(2):
+        torch.testing.assert_close(two[k], (one[0][k] + one[1][k]) / 2)
