@@ -61,3 +61,24 @@ def test_samples_are_averaged(fitted):
     two = mask_log_likelihood_curvature(fitted.model, fitted.guide, [batch], num_samples=2)
     for k in range(2):
         torch.testing.assert_close(two[k], (one[0][k] + one[1][k]) / 2)
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"mask_prior": "horseshoe"}, AttributeError, "needs the Spike-and-Slab Lasso mask prior"),
+    ({"likelihood": "multinomial"}, ValueError, "multinomial's softmax couples them"),
+])
+def test_support_probability_names_what_it_cannot_handle(options, error, message):
+    data = synthetic_sparse_dgm(n=40, rho=0.0, seed=0)
+    X = data.X if "likelihood" not in options else (data.X > 0).astype("float32") * 3
+    fitted = pyro_sparse.train("ssl_dgm", X, latent_dim=2, hidden_dims=(4,), max_epochs=1, batch_size=20,
+                               progress=False, device="cpu", **options)
+    with pytest.raises(error, match=message):
+        fitted.support_probability(X)
+
+
+def test_support_probability_needs_a_mask():
+    data = synthetic_sparse_dgm(n=40, rho=0.0, seed=0)
+    fitted = pyro_sparse.train("vae", data.X, latent_dim=2, hidden_dims=(4,), max_epochs=1, batch_size=20,
+                               progress=False, device="cpu")
+    with pytest.raises(AttributeError, match="has no prior hooks for 'W'"):
+        fitted.support_probability(data.X)
