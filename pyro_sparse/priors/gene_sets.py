@@ -193,9 +193,16 @@ class GeneSetPrior(SpikeSlabLassoPrior):
         only (the other entries of its column at 0), so that factor k is set k
         from the first step.  From W = 1 everywhere the codes settle on
         arbitrary mixtures of the factors before the penalty separates the
-        sets, and the annotation ends up on the wrong codes.
+        sets, and the annotation ends up on the wrong codes.  The free factors
+        start on the genes that no set names (on all genes if every gene is
+        in a set): starting on every gene, a free code could take a set's
+        factor first, leaving that set's code to another (measured: docs,
+        Results, single cell).  The data can still add any gene to any factor.
         """
         mask[:, : self.num_sets].masked_fill_(~self.membership, 0.0)
+        annotated = self.membership.any(1, keepdim=True)
+        if not annotated.all():
+            mask[:, self.num_sets:].masked_fill_(annotated, 0.0)
 
     def _annotated_inclusion(self):
         """θ of the set factors, (G, S)."""

@@ -33,14 +33,25 @@ def test_the_prior_gets_the_feature_names_and_starts_w_at_the_annotation(data):
     assert fitted.config["hyperparameters"]["mask_prior"] == "gene_sets"
 
 
-def test_initialize_zeroes_the_sets_columns_outside_the_sets(data):
+def test_initialize_starts_sets_on_their_genes_and_free_factors_on_the_others(data):
     from pyro_sparse.priors import GeneSetPrior
 
     prior = GeneSetPrior(30, 3, data.gene_sets(), data.feature_names)
     mask = torch.ones(30, 3)
     prior.initialize(mask)
     np.testing.assert_array_equal(mask[:, :2].numpy(), data.annotation)
-    assert torch.all(mask[:, 2] == 1)
+    unannotated = ~data.annotation.any(1)
+    assert 0 < unannotated.sum() < 30
+    np.testing.assert_array_equal(mask[:, 2].numpy(), unannotated)
+
+
+def test_a_free_factor_starts_on_every_gene_when_the_sets_name_them_all():
+    from pyro_sparse.priors import GeneSetPrior
+
+    prior = GeneSetPrior(4, 3, {"a": ["g0", "g1"], "b": ["g2", "g3"]}, ["g0", "g1", "g2", "g3"])
+    mask = torch.ones(4, 3)
+    prior.initialize(mask)
+    assert mask[:, 0].tolist() == [1, 1, 0, 0] and mask[:, 2].tolist() == [1, 1, 1, 1]
 
 
 def test_a_wrong_latent_dim_fails_before_training(data):
