@@ -38,10 +38,14 @@ class AmortizedGuide(nn.Module):
         as scVI's encoder does (``train`` turns it on for the negative
         binomial and ZINB likelihoods; measured in docs/results/single_cell.rst).  Codes are
         then computed with the running statistics outside training.
+    :param bool latent_library: also encode q(log ℓ_i | x_i) = N(m, s²), the
+        posterior of the model's latent library size (``library="latent"``;
+        ``train`` sets it from the model), with a second encoder of one
+        hidden layer, as scVI's library encoder.
     """
 
     #: the value of options added since, for model files that do not record them.
-    former_defaults = {"batch_norm": False}
+    former_defaults = {"batch_norm": False, "latent_library": False}
 
     def __init__(
         self,
@@ -56,6 +60,7 @@ class AmortizedGuide(nn.Module):
         extra_outputs=0,
         covariate_dim=0,
         batch_norm=False,
+        latent_library=False,
     ):
         super().__init__()
         self.num_features, self.latent_dim = num_features, latent_dim
@@ -71,6 +76,11 @@ class AmortizedGuide(nn.Module):
             self.encoder = mlp(num_features + self.covariate_dim, hidden_dims, sum(self.output_sizes), self.batch_norm)
         else:
             raise ValueError(f"network must be 'mlp' or 'conv', got {network!r}")
+        self.latent_library = bool(latent_library)
+        if self.latent_library:
+            if network != "mlp":
+                raise ValueError("a latent library needs network='mlp' (count data, not images)")
+            self.library_encoder = mlp(num_features + self.covariate_dim, hidden_dims[:1], 2, self.batch_norm)
         point_estimates = point_estimates or {}
         self.supports = {name: support for name, (_, support) in point_estimates.items()}
         self.unconstrained = nn.ParameterDict(
@@ -98,12 +108,26 @@ class AmortizedGuide(nn.Module):
         The encoder's outputs, split into one (batch, K) tensor per output kind
         (and the extra outputs).  Missing covariates (e.g. a prior's pseudo-inputs) enter as zeros.
         """
+        return self.encoder(self._inputs(x, covariates)).split(self.output_sizes, dim=-1)
+
+    def _inputs(self, x, covariates=None):
         inputs = self.input_affine.inverse(torch.log1p(x) if self.log1p_input else x)
         if self.covariate_dim:
             if covariates is None:
                 covariates = inputs.new_zeros(*inputs.shape[:-1], self.covariate_dim)
             inputs = torch.cat([inputs, covariates], dim=-1)
-        return self.encoder(inputs).split(self.output_sizes, dim=-1)
+        return inputs
+
+    def library_posterior(self, x, covariates=None):
+        """q(log ℓ_i | x_i) = N(m, s²) of a latent library size."""
+        loc, raw_scale = self.library_encoder(self._inputs(x, covariates)).unbind(-1)
+        return dist.Normal(loc, F.softplus(raw_scale) + 1e-4)
+
+    @torch.no_grad()
+    def start_library(self, log_mean_library):
+        """Start q's mean of log ℓ at the log of the training data's mean library."""
+        if self.latent_library:
+            self.library_encoder[-1].bias[0] = log_mean_library
 
     def posterior(self, x, covariates=None):
         raise NotImplementedError
@@ -114,9 +138,11 @@ class AmortizedGuide(nn.Module):
             pyro.sample("z", self.posterior(x, covariates))
 
     def forward(self, x, num_data=None, covariates=None, library=None):
-        """The guide of one minibatch; ``library`` is observed, so the guide does not use it."""
+        """The guide of one minibatch; an observed ``library`` is data, so the guide does not use it."""
         for name in self.supports:  # in the model's order (ParameterDict may sort its keys)
             value = self.point_estimate(name)
             pyro.sample(name, dist.Delta(value, event_dim=value.dim()))
         with data_plate(x, num_data):
             self.sample_local(x, covariates)
+            if self.latent_library:
+                pyro.sample("log_library", self.library_posterior(x, covariates))

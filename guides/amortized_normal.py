@@ -33,12 +33,14 @@ class AmortizedNormalGuide(AmortizedGuide):
         posterior_covariance="diagonal",
         covariate_dim=0,
         batch_norm=False,
+        latent_library=False,
     ):
         if posterior_covariance not in ("diagonal", "full"):
             raise ValueError(f"posterior_covariance must be 'diagonal' or 'full', got {posterior_covariance!r}")
         extra = latent_dim * (latent_dim - 1) // 2 if posterior_covariance == "full" else 0
         super().__init__(num_features, latent_dim, 2, hidden_dims, point_estimates, log1p_input, kl_weight, network,
-                         extra_outputs=extra, covariate_dim=covariate_dim, batch_norm=batch_norm)
+                         extra_outputs=extra, covariate_dim=covariate_dim, batch_norm=batch_norm,
+                         latent_library=latent_library)
         self.posterior_covariance = posterior_covariance
         self.register_buffer("_lower", torch.ones(latent_dim, latent_dim).tril(-1).nonzero().T, persistent=False)
 

@@ -61,9 +61,10 @@ class SpikeSlabGuide(AmortizedGuide):
         covariate_dim=0,
         max_log_variance=2.0,
         batch_norm=False,
+        latent_library=False,
     ):
         super().__init__(num_features, latent_dim, 3, hidden_dims, point_estimates, log1p_input, kl_weight, network,
-                         covariate_dim=covariate_dim, batch_norm=batch_norm)
+                         covariate_dim=covariate_dim, batch_norm=batch_norm, latent_library=latent_library)
         if spike_estimator not in ("relaxed", "straight_through"):
             raise ValueError(f"spike_estimator must be 'relaxed' or 'straight_through', got {spike_estimator!r}")
         if not 0 < slope_start <= slope_end:

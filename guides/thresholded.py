@@ -71,6 +71,7 @@ class ThresholdedGuide(AmortizedGuide):
         network="mlp",
         covariate_dim=0,
         batch_norm=False,
+        latent_library=False,
     ):
         if learn_threshold and amortized_threshold:
             raise ValueError("learn_threshold and amortized_threshold exclude each other")
@@ -79,7 +80,7 @@ class ThresholdedGuide(AmortizedGuide):
         outputs = 2 + 2 * bool(learn_threshold) + bool(amortized_threshold)
         super().__init__(
             num_features, latent_dim, outputs, hidden_dims, point_estimates, log1p_input, kl_weight, network,
-            covariate_dim=covariate_dim, batch_norm=batch_norm,
+            covariate_dim=covariate_dim, batch_norm=batch_norm, latent_library=latent_library,
         )
         if not 0 < scale_warmup_start <= 1 or scale_warmup_rate < 0:
             raise ValueError("need 0 < scale_warmup_start <= 1 and scale_warmup_rate >= 0")

@@ -134,6 +134,9 @@ class OIVAE(nn.Module):
     :param int num_batches: categories of the batch covariate (set by ``train``).
     :param str dispersion: inverse dispersion of ``negative_binomial`` / ``zinb``
         per feature (``"gene"``) or per feature and batch (``"gene-batch"``).
+    :param str library: ``"observed"`` (the row's total count, or the
+        ``size_factor_key`` column) or ``"latent"``: log ℓ_i ~ N(m_b, s_b²) per
+        batch, inferred by the guide (:class:`~pyro_sparse.nn.ObservationModel`).
     """
 
     def __init__(
@@ -152,6 +155,7 @@ class OIVAE(nn.Module):
         covariate_dim=0,
         num_batches=1,
         dispersion="gene",
+        library="observed",
     ):
         super().__init__()
         if not beta > 0:
@@ -167,7 +171,7 @@ class OIVAE(nn.Module):
             _, group_of_feature = np.unique(groups, return_inverse=True)
         self.num_features, self.latent_dim = num_features, latent_dim
         self.num_groups, self.group_input_dim = int(group_of_feature.max()) + 1, int(group_input_dim)
-        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion)
+        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion, library)
         self.likelihood = self.observation.likelihood
         self.beta = float(beta)
         self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
@@ -213,5 +217,5 @@ class OIVAE(nn.Module):
         with data_plate(x, num_data):
             z = self.latent_prior.sample(x, self.beta)
             output = self.decoder(z, weights, covariates)
-            log_library = self.observation.log_library(x, library) if self.observation.counts else None
+            log_library = self.observation.log_library(x, library, covariates) if self.observation.counts else None
             pyro.sample("x", self.observation(output, noise_variance, log_library, covariates), obs=x)

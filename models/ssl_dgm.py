@@ -80,6 +80,9 @@ class SparseDGM(nn.Module):
     :param int num_batches: categories of the batch covariate (set by ``train``).
     :param str dispersion: ``"gene"`` or ``"gene-batch"``: the inverse
         dispersion of ``negative_binomial`` / ``zinb`` per feature, or per feature and batch.
+    :param str library: ``"observed"`` (the row's total count, or the
+        ``size_factor_key`` column) or ``"latent"``: log ℓ_i ~ N(m_b, s_b²) per
+        batch, inferred by the guide (:class:`~pyro_sparse.nn.ObservationModel`).
 
     Covariates enter the decoder's first layer unmasked: they are not factors.
     """
@@ -101,10 +104,11 @@ class SparseDGM(nn.Module):
         covariate_dim=0,
         num_batches=1,
         dispersion="gene",
+        library="observed",
     ):
         super().__init__()
         self.num_features, self.latent_dim = num_features, latent_dim
-        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion)
+        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion, library)
         self.likelihood = self.observation.likelihood
         self.feature_subsample_size = check_feature_subsample_size(
             feature_subsample_size, num_features, self.likelihood
@@ -174,7 +178,7 @@ class SparseDGM(nn.Module):
             z = self.latent_prior.sample(x, self.beta)
             features = self.visited_features(x.device)
             output = self.decoder(z, mask, features, covariates)
-            log_library = self.observation.log_library(x, library) if self.observation.counts else None
+            log_library = self.observation.log_library(x, library, covariates) if self.observation.counts else None
             if features is not None:
                 x = x[..., features]
                 noise_variance = None if noise_variance is None else noise_variance[features]

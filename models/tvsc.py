@@ -56,6 +56,9 @@ class TVSC(nn.Module):
     :param int num_batches: categories of the batch covariate (set by ``train``).
     :param str dispersion: inverse dispersion of ``negative_binomial`` / ``zinb``
         per feature (``"gene"``) or per feature and batch (``"gene-batch"``).
+    :param str library: ``"observed"`` (the row's total count, or the
+        ``size_factor_key`` column) or ``"latent"``: log ℓ_i ~ N(m_b, s_b²) per
+        batch, inferred by the guide (:class:`~pyro_sparse.nn.ObservationModel`).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class TVSC(nn.Module):
         covariate_dim=0,
         num_batches=1,
         dispersion="gene",
+        library="observed",
     ):
         super().__init__()
         if decoder not in ("mlp", "linear", "conv"):
@@ -84,7 +88,7 @@ class TVSC(nn.Module):
             if not value > 0:
                 raise ValueError(f"{name} must be positive, got {value}")
         self.num_features, self.latent_dim = num_features, latent_dim
-        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion)
+        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion, library)
         self.likelihood = self.observation.likelihood
         if hidden_dims is None:
             hidden_dims = (4 * num_features,) if decoder == "linear" else (256,)
@@ -131,5 +135,5 @@ class TVSC(nn.Module):
             z = self.latent_prior.sample(x, self.beta)
             output = self.generator_output(z, dictionary, covariates)
             variance = x.new_full((self.num_features,), self.noise_variance)
-            log_library = self.observation.log_library(x, library) if self.observation.counts else None
+            log_library = self.observation.log_library(x, library, covariates) if self.observation.counts else None
             pyro.sample("x", self.observation(output, variance, log_library, covariates), obs=x)

@@ -30,8 +30,9 @@ class VAE(nn.Module):
     ``covariate_dim`` and ``num_batches`` (set by ``train`` from the data's
     covariates) append covariates to the decoder's input; ``dispersion``
     (``"gene"`` or ``"gene-batch"``) sets the inverse dispersions of the
-    ``negative_binomial`` and ``zinb`` likelihoods (see
-    :class:`~pyro_sparse.nn.ObservationModel`).
+    ``negative_binomial`` and ``zinb`` likelihoods and ``library``
+    (``"observed"`` or ``"latent"``) whether the library size is the data's
+    or a latent site (see :class:`~pyro_sparse.nn.ObservationModel`).
     """
 
     def __init__(
@@ -49,12 +50,13 @@ class VAE(nn.Module):
         covariate_dim=0,
         num_batches=1,
         dispersion="gene",
+        library="observed",
     ):
         super().__init__()
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
         self.num_features, self.latent_dim = num_features, latent_dim
-        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion)
+        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion, library)
         self.likelihood = self.observation.likelihood
         if noise not in ("global", "heteroscedastic"):
             raise ValueError(f"noise must be 'global' or 'heteroscedastic', got {noise!r}")
@@ -97,5 +99,5 @@ class VAE(nn.Module):
                 loc, noise_variance = self.decoder(z, covariates)
             else:
                 loc = self.decoder(z, covariates)
-            log_library = self.observation.log_library(x, library) if self.observation.counts else None
+            log_library = self.observation.log_library(x, library, covariates) if self.observation.counts else None
             pyro.sample("x", self.observation(loc, noise_variance, log_library, covariates), obs=x)

@@ -59,6 +59,9 @@ class VSC(nn.Module):
     :param int num_batches: categories of the batch covariate (set by ``train``).
     :param str dispersion: inverse dispersion of ``negative_binomial`` / ``zinb``
         per feature (``"gene"``) or per feature and batch (``"gene-batch"``).
+    :param str library: ``"observed"`` (the row's total count, or the
+        ``size_factor_key`` column) or ``"latent"``: log ℓ_i ~ N(m_b, s_b²) per
+        batch, inferred by the guide (:class:`~pyro_sparse.nn.ObservationModel`).
     """
 
     def __init__(
@@ -76,6 +79,7 @@ class VSC(nn.Module):
         covariate_dim=0,
         num_batches=1,
         dispersion="gene",
+        library="observed",
     ):
         super().__init__()
         if not beta > 0:
@@ -88,7 +92,7 @@ class VSC(nn.Module):
         if not noise_variance > 0:
             raise ValueError(f"noise_variance must be positive, got {noise_variance}")
         self.num_features, self.latent_dim = num_features, latent_dim
-        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion)
+        self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion, library)
         self.likelihood = self.observation.likelihood
         self.hidden_dims = tuple(hidden_dims)
         self.beta = float(beta)
@@ -135,5 +139,5 @@ class VSC(nn.Module):
                 else:
                     output = self.decoder(z, covariates) if self.decoder_kind == "mlp" else self.decoder(z)
                 variance = x.new_full((self.num_features,), self.noise_variance)
-            log_library = self.observation.log_library(x, library) if self.observation.counts else None
+            log_library = self.observation.log_library(x, library, covariates) if self.observation.counts else None
             pyro.sample("x", self.observation(output, variance, log_library, covariates), obs=x)

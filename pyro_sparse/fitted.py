@@ -186,7 +186,7 @@ class FittedModel:
             kwargs = dict(piece.kwargs)
             if batch is not None:
                 kwargs["covariates"] = spec.with_batch(piece.covariates, batch)
-            if counts:
+            if counts and not self.model.observation.latent_library:
                 kwargs["library"] = piece.x.new_ones(piece.x.shape[0])  # the decoder's rates without the offset
             mean = expected_observation(self.model, self.guide, piece.x, **kwargs)
             pieces.append((mean / mean.sum(-1, keepdim=True) * library_size if counts else mean).cpu().numpy())

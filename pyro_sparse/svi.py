@@ -17,6 +17,7 @@ a ``FeatureAffine`` named ``output_affine``.
 import inspect
 import json
 import logging
+import math
 import warnings
 
 import numpy as np
@@ -46,7 +47,7 @@ BATCH_NORM_LIKELIHOODS = ("negative_binomial", "zinb")
 # Constructor arguments that the assembly supplies itself rather than the user.
 _SUPPLIED = {
     "self", "num_features", "latent_dim", "likelihood", "hidden_dims", "point_estimates", "log1p_input",
-    "kl_weight", "network", "covariate_dim", "num_batches", *PRIOR_ARGUMENTS,
+    "kl_weight", "network", "covariate_dim", "num_batches", "latent_library", *PRIOR_ARGUMENTS,
     # what a latent prior shares with its guide (LatentPrior.guide_options)
     "base", "threshold", "learn_threshold", "threshold_kl_weight",
 }
@@ -291,6 +292,7 @@ class SVIModel:
             _standardise(model, guide, summary)
         elif likelihood in COUNT_LIKELIHOODS:
             _start_at_mean_proportions(model, summary)
+            _start_latent_library(model, guide, summary)
         return model, guide, self.elbo()
 
     def _guide(self, model, latent_prior, summary, likelihood, hyper, covariate_dim):
@@ -311,6 +313,7 @@ class SVIModel:
                              **latent_prior.point_estimate_sites()},
             log1p_input=likelihood == "multinomial" or likelihood in COUNT_LIKELIHOODS,
             covariate_dim=covariate_dim,
+            latent_library=model.observation.latent_library,
             **model.guide_options(),
             **latent_prior.guide_options(),
             **{
@@ -518,6 +521,14 @@ def _start_at_mean_proportions(model, summary):
     floor = means[means > 0].min() / 10 if np.any(means > 0) else 1.0
     proportions = np.maximum(means, floor) / means.sum() if means.sum() > 0 else np.full_like(means, 1 / len(means))
     output_affine.set(np.log(proportions), np.ones_like(means))
+
+
+def _start_latent_library(model, guide, summary):
+    """A latent library's prior and posterior means start at the log of the mean library (Σ_g of the feature means)."""
+    total = float(np.sum(summary.feature_means))
+    if model.observation.latent_library and total > 0:
+        model.observation.start_library(math.log(total))
+        guide.start_library(math.log(total))
 
 
 def _warn_batch_size(batch_size, num_data):

@@ -2,12 +2,15 @@
 
 import math
 
+import pyro
+import pyro.distributions as dist
 import torch
 from torch import nn
 
 from pyro_sparse.distributions.likelihoods import COUNT_LIKELIHOODS, check_likelihood, observation
 
 DISPERSIONS = ("gene", "gene-batch")
+LIBRARIES = ("observed", "latent")
 
 
 class ObservationModel(nn.Module):
@@ -18,22 +21,36 @@ class ObservationModel(nn.Module):
     with the networks (as scVI does): the inverse dispersions θ of
     ``negative_binomial`` and ``zinb``, one per gene (``dispersion="gene"``)
     or per gene and batch (``"gene-batch"``), and the zero-inflation logits of
-    ``zinb``, one per gene.  The library size is the offset: each row's total
-    count, or the observed ``library`` given with the data (a
-    ``size_factor_key``).
+    ``zinb``, one per gene.  The library size ℓ_i is the offset: each row's
+    total count, or the observed ``library`` given with the data (a
+    ``size_factor_key``); or, with ``library="latent"``, a local latent
+    site ``log_library`` ~ N(m_b, s_b²) per batch b, as scVI's
+    ``use_observed_lib_size=False`` (Lopez et al. 2018), with m_b and s_b
+    fitted with the networks and the posterior given by the guide.
 
     :param str likelihood: a name in ``LIKELIHOODS``.
     :param int num_features: G.
     :param int num_batches: categories of the batch covariate, whose one-hot
         block leads the covariates (1 without one).
     :param str dispersion: ``"gene"`` or ``"gene-batch"``.
+    :param str library: ``"observed"`` or ``"latent"`` (count likelihoods only).
     """
 
-    def __init__(self, likelihood, num_features, num_batches=1, dispersion="gene"):
+    def __init__(self, likelihood, num_features, num_batches=1, dispersion="gene", library="observed"):
         super().__init__()
         self.likelihood = check_likelihood(likelihood)
         if dispersion not in DISPERSIONS:
             raise ValueError(f"dispersion must be one of {DISPERSIONS}, got {dispersion!r}")
+        if library not in LIBRARIES:
+            raise ValueError(f"library must be one of {LIBRARIES}, got {library!r}")
+        if library == "latent" and self.likelihood not in COUNT_LIKELIHOODS:
+            raise ValueError(f"library='latent' is for the count likelihoods {COUNT_LIKELIHOODS}, not "
+                             f"likelihood={self.likelihood!r}")
+        self.latent_library = library == "latent"
+        if self.latent_library:
+            # m_b starts at 0 here; train moves it to the log of the mean library (start_library).
+            self.library_loc = nn.Parameter(torch.zeros(num_batches))
+            self.library_log_scale = nn.Parameter(torch.zeros(num_batches))
         if dispersion == "gene-batch" and num_batches == 1:
             raise ValueError("dispersion='gene-batch' needs a batch covariate (batch_key)")
         self.num_batches, self.per_batch = num_batches, dispersion == "gene-batch"
@@ -49,17 +66,36 @@ class ObservationModel(nn.Module):
         """Whether the likelihood models raw counts with a library-size offset."""
         return self.likelihood in COUNT_LIKELIHOODS
 
-    def log_library(self, x, library=None):
-        """log of each row's library size: the observed one, or the row's total count (before any subsampling)."""
-        return (x.sum(-1) if library is None else library).log()
+    def log_library(self, x, library=None, covariates=None):
+        """
+        log ℓ_i of each row (called inside the data plate): the observed
+        library, or the row's total count (before any subsampling); with a
+        latent library the sample of the site ``log_library``.
+        """
+        if not self.latent_library:
+            return (x.sum(-1) if library is None else library).log()
+        if library is not None:
+            raise ValueError("library='latent' infers each cell's library size, but the data also give one "
+                             "(size_factor_key): drop one of them")
+        batch = self._batch(covariates) if self.num_batches > 1 else torch.zeros(x.shape[:-1], dtype=torch.long,
+                                                                                 device=x.device)
+        return pyro.sample("log_library", dist.Normal(self.library_loc[batch], self.library_log_scale[batch].exp()))
+
+    @torch.no_grad()
+    def start_library(self, log_mean_library):
+        """Start the latent library's prior mean m_b at the log of the training data's mean library."""
+        if self.latent_library:
+            self.library_loc.fill_(log_mean_library)
+
+    def _batch(self, covariates):
+        return covariates[..., : self.num_batches].argmax(-1)
 
     def inverse_dispersion(self, covariates=None):
         """θ: (G,), or (B, G) per row's batch with ``dispersion="gene-batch"``."""
         log_theta = self.log_inverse_dispersion
         if not self.per_batch:
             return log_theta[0].exp()
-        batch = covariates[..., : self.num_batches].argmax(-1)
-        return log_theta[batch].exp()
+        return log_theta[self._batch(covariates)].exp()
 
     def forward(self, output, noise_variance=None, log_library=None, covariates=None, features=None):
         """The distribution of x (event shape (G,) or, with ``features``, that subset)."""
