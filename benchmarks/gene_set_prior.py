@@ -19,7 +19,7 @@ missing.  The size factors are registered as the observed library
   probability that |w_jk| exceeds the prior's spike/slab crossing): their
   precision and recall against the truly wrong ones, the realised FDR
   (1 - precision) beside the stated FDR and the list's posterior expected
-  FDR; likewise the additions it calls (missing members found).  
+  FDR; likewise the additions it calls (missing members found).
 * ``ssl``: the Spike-and-Slab Lasso prior without the annotation (the same K);
   its columns are matched to the true factors by the Hungarian algorithm on
   the overlap of supports (an oracle matching that favours the baseline).

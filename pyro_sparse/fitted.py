@@ -227,7 +227,10 @@ class FittedModel:
         cannot back a call at a low FDR; this probability can, as the data
         pin w_jk down.  It ignores the other parameters' uncertainty (its
         calibration on simulated data: docs, Results, single cell).  Entries
-        whose likelihood is not locally concave keep the prior's probability.
+        whose likelihood is not locally concave keep the prior's probability;
+        switched-off factors (``eta_ == 0``) read 0.  The codes are drawn at
+        random, so repeated calls differ a little (``pyro.set_rng_seed`` makes
+        them repeat).
         """
         if not is_count(num_samples):
             raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
@@ -240,13 +243,14 @@ class FittedModel:
                              "multinomial's softmax couples them")
         gradient, curvature = mask_log_likelihood_curvature(self.model, self.guide, self._batches(X, batch_size=256),
                                                             num_samples=num_samples)
-        prior = prior.expand(gradient.shape)
+        prior = type(prior)(*(getattr(prior, name).double() for name in ("eta", "lambda0", "lambda1")))
         mask = self.guide.point_estimate("W").detach().double()
         concave = curvature > 0
         safe = torch.where(concave, curvature, torch.ones_like(curvature))
         posterior = prior.slab_region_probability(mask + gradient / safe, safe.rsqrt())
-        tail = 2 * (1 - prior.cdf(prior.inclusion_threshold))  # the prior's P(|w| > δ)
-        return torch.where(concave, posterior, tail).double().cpu().numpy()
+        tail = 2 * prior.cdf(-prior.inclusion_threshold)  # the prior's P(|w| > δ)
+        support = torch.where(concave, posterior, tail).cpu().numpy()
+        return np.where(self.eta_ > 0, support, 0.0)
 
     def gene_set_changes(self, X, fdr=None, num_samples=4):
         """

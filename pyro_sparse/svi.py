@@ -36,7 +36,14 @@ from pyro_sparse.infer.config import is_count, setting_hint
 from pyro_sparse.infer.elbo import MaxParticleELBO, kl_terms
 from pyro_sparse.infer.loop import TrainingDivergedError, fit
 from pyro_sparse.io import serialization
-from pyro_sparse.nn import check_precision, check_step_memory, resolve_device, set_decoder_precision, tf32_matmuls
+from pyro_sparse.nn import (
+    check_precision,
+    check_step_memory,
+    evaluation_mode,
+    resolve_device,
+    set_decoder_precision,
+    tf32_matmuls,
+)
 from pyro_sparse.priors import LATENT_PRIORS, MASK_PRIORS, DistributionPrior, DistributionSitePrior
 
 logger = logging.getLogger("pyro_sparse")
@@ -545,15 +552,8 @@ def _log_kl_terms(model, guide, data, device):
     batch = next(iter(data.minibatches(2, device=device, shuffle=False)))
     # A trace draws random numbers, and in training mode updates batch-norm statistics;
     # the fit must not depend on whether it ran.
-    modes = [module.training for module in (model, guide)]
-    model.eval()
-    guide.eval()
-    try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            terms = kl_terms(model, guide, batch.x, **batch.kwargs)
-    finally:
-        model.train(modes[0])
-        guide.train(modes[1])
+    with evaluation_mode(model, guide), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        terms = kl_terms(model, guide, batch.x, **batch.kwargs)
     for term in terms:
         logger.info(term.describe())
         if not term.closed_form and getattr(guide, "spike_estimator", None) == "relaxed":

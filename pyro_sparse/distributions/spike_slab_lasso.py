@@ -93,7 +93,8 @@ class SpikeSlabLasso(TorchDistribution):
         (E[γ | w] > 1/2): η λ1 e^{-λ1 δ} = (1 - η) λ0 e^{-λ0 δ}, so
         δ = log((1 - η) λ0 / (η λ1)) / (λ0 - λ1), and 0 where the slab wins
         everywhere.  With λ0 = λ1 (the Lasso ablation) E[γ] = η for all w:
-        δ = 0 if η ≥ 1/2, else ∞.
+        δ = 0 if η ≥ 1/2, else ∞.  The SSL's spike is the narrower component
+        (λ0 ≥ λ1); for λ0 < λ1 δ is that of the equal-rate case.
         """
         ratio = torch.log1p(-self.eta) - torch.log(self.eta) + torch.log(self.lambda0 / self.lambda1)
         gap = self.lambda0 - self.lambda1
@@ -107,38 +108,32 @@ class SpikeSlabLasso(TorchDistribution):
         lies where the slab is the likelier component (:attr:`inclusion_threshold`),
         i.e. that the E-step's support call E[γ | w] > 1/2 holds.  Unlike
         E[γ | y], which stays above η λ1 / (η λ1 + (1 - η) λ0) however
-        precisely the data put w at 0, it tends to 0 or 1 as the data grow.
+        precisely the data put w at 0, it tends to 0 or 1 as the data grow,
+        and to the prior's P(|w| > δ) as they fade.
 
         Closed form: over each half-line a Laplace component times the
         Gaussian is a Gaussian in w up to a factor, e.g. for w ≥ 0
         e^{-λw} N(w; m, s²) = e^{-λm + λ²s²/2} N(w; m - λs², s²), so every
-        interval's mass is a difference of normal CDFs, computed in log space
-        and in float64 (for a wide likelihood the interval ends, in units of
-        ``scale``, differ by less than float32 resolves); returned in the
-        distribution's dtype.
+        interval's mass is a difference of normal CDFs
+        (:func:`_log_laplace_normal_mass`).  Computed in float64 and returned
+        in float64.
         """
-        loc, scale, eta, lambda0, lambda1 = (
-            torch.as_tensor(value, device=self.eta.device).double()
+        loc, scale, eta, lambda0, lambda1 = broadcast_all(*(
+            torch.as_tensor(value, dtype=torch.float64, device=self.eta.device)
             for value in (loc, scale, self.eta, self.lambda0, self.lambda1)
-        )
-        loc, scale, eta, lambda0, lambda1 = broadcast_all(loc, scale, eta, lambda0, lambda1)
+        ))
         threshold = SpikeSlabLasso(eta, lambda0, lambda1).inclusion_threshold
-        inf = torch.full_like(loc, math.inf)
+        zero, inf = torch.zeros_like(loc), torch.full_like(loc, math.inf)
         inside, outside = [], []
         for log_weight, rate in ((torch.log(eta), lambda1), (torch.log1p(-eta), lambda0)):
-            for sign in (1.0, -1.0):  # the half-lines w >= 0 and w <= 0, as intervals of |w|
-                shift = loc - sign * rate * scale**2
-                log_factor = log_weight + torch.log(rate / 2) - sign * rate * loc + (rate * scale) ** 2 / 2
-
-                def log_mass(low, high):  # of |w| in [low, high] on this half-line
-                    bounds = (low, high) if sign > 0 else (-high, -low)
-                    return log_factor + _log_normal_interval((bounds[0] - shift) / scale, (bounds[1] - shift) / scale)
-
-                inside.append(log_mass(torch.zeros_like(loc), threshold))
-                outside.append(log_mass(threshold, inf))
+            # w <= 0 is w' = -w >= 0 under N(w'; -m, s²): both half-lines as intervals of |w|.
+            for centre in (loc, -loc):
+                log_weight_rate = log_weight + torch.log(rate / 2)
+                inside.append(log_weight_rate + _log_laplace_normal_mass(rate, centre, scale, zero, threshold))
+                outside.append(log_weight_rate + _log_laplace_normal_mass(rate, centre, scale, threshold, inf))
         log_outside = torch.logsumexp(torch.stack(outside), 0)
         log_inside = torch.logsumexp(torch.stack(inside), 0)
-        return torch.exp(log_outside - torch.logaddexp(log_outside, log_inside)).to(self.eta.dtype)
+        return torch.exp(log_outside - torch.logaddexp(log_outside, log_inside))
 
     def sample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
@@ -175,12 +170,39 @@ class SpikeSlabLasso(TorchDistribution):
         return 2 * self.eta / self.lambda1**2 + 2 * (1 - self.eta) / self.lambda0**2
 
 
+def _log1mexp(x):
+    """log(1 - e^x) for x <= 0, accurate near 0 and far below it."""
+    return torch.where(x > -math.log(2), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+
+
+def _log_laplace_normal_mass(rate, loc, scale, low, high):
+    r"""
+    log ∫_low^high e^{-λw} N(w; m, s²) dw for 0 <= low <= high <= ∞ (-inf for an empty interval).
+
+    With μ = m - λs² and u_t = (t - μ)/s the integral is
+    e^{-λm + λ²s²/2} (Φ(u_high) - Φ(u_low)).  Where the interval lies in one
+    tail of N(μ, s²) the factor and the CDFs would cancel (the factor grows as
+    e^{λ²s²/2} for a wide likelihood), so there the tail beyond t is written
+    with the scaled complementary error function erfcx: ½ erfcx(|u_t|/√2)
+    e^{-λt - (t - m)²/2s²}, whose exponent stays bounded.
+    """
+    shift = loc - rate * scale**2
+    u_low, u_high = (low - shift) / scale, (high - shift) / scale
+
+    def log_tail(t, u):  # log of the mass beyond t, on the side away from μ
+        exponent = -rate * t - torch.where(torch.isinf(t), math.inf, ((t - loc) / scale) ** 2 / 2)
+        return torch.log(torch.special.erfcx(u.abs() / math.sqrt(2)) / 2) + exponent
+
+    upper = log_tail(low, u_low) + _log1mexp(log_tail(high, u_high) - log_tail(low, u_low))
+    lower = log_tail(high, u_high) + _log1mexp(log_tail(low, u_low) - log_tail(high, u_high))
+    middle = -rate * loc + (rate * scale) ** 2 / 2 + _log_normal_interval(u_low, u_high)
+    mass = torch.where(u_low >= 0, upper, torch.where(u_high <= 0, lower, middle))
+    return torch.where(low < high, mass, -math.inf)
+
+
 def _log_normal_interval(low, high):
-    """log(Φ(high) - Φ(low)) for low <= high, accurate in both tails (an interval above 0 is mirrored below it)."""
+    """log(Φ(high) - Φ(low)) for low < high, accurate in both tails (an interval above 0 is mirrored below it)."""
     mirror = low > 0
     low, high = torch.where(mirror, -high, low), torch.where(mirror, -low, high)
     log_high, log_low = torch.special.log_ndtr(high), torch.special.log_ndtr(low)
-    difference = log_low - log_high  # <= 0
-    log1mexp = torch.where(difference > -math.log(2), torch.log(-torch.expm1(difference)),
-                           torch.log1p(-torch.exp(difference)))
-    return log_high + log1mexp
+    return log_high + _log1mexp(log_low - log_high)

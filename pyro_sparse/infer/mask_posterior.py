@@ -8,6 +8,7 @@ import torch
 from pyro import poutine
 
 from pyro_sparse.infer.importance import exact_guide_trace
+from pyro_sparse.nn import evaluation_mode
 from pyro_sparse.plates import in_data_plate
 
 
@@ -28,9 +29,18 @@ def mask_log_likelihood_curvature(model, guide, batches, site="W", num_samples=4
     K Hessian-vector products (column k set to 1 in every row) give its
     diagonal.  A softmax over features (the multinomial) breaks this.
 
-    :param batches: iterable of :class:`~pyro_sparse.data.dataset.Batch`; the
-        model and guide should be in eval mode (all features, fixed statistics).
+    The model and guide run in eval mode (every feature, batch-norm running
+    statistics), their modes put back afterwards; the derivatives are taken
+    in the decoder's precision (bfloat16 after a ``"bf16"`` fit, unless
+    ``set_precision("fp32")``).
+
+    :param batches: iterable of :class:`~pyro_sparse.data.dataset.Batch`.
     """
+    with evaluation_mode(model, guide):
+        return _sum_over_batches(model, guide, batches, site, num_samples)
+
+
+def _sum_over_batches(model, guide, batches, site, num_samples):
     gradient = curvature = None
     for batch in batches:
         for _ in range(num_samples):
@@ -58,4 +68,6 @@ def mask_log_likelihood_curvature(model, guide, batches, site="W", num_samples=4
                 curvature = torch.zeros_like(mask, dtype=torch.float64)
             gradient += grad.detach().double() / num_samples
             curvature -= diagonal.detach().double() / num_samples
+    if gradient is None:
+        raise ValueError("no data points: the gradient and curvature of W's likelihood need at least one")
     return gradient, curvature

@@ -15,6 +15,7 @@ from pyro_sparse.nn.networks import (
     DenseDecoder,
     FeatureAffine,
     HeteroscedasticDecoder,
+    evaluation_mode,
     mlp,
     with_covariates,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "available_memory_bytes",
     "check_precision",
     "check_step_memory",
+    "evaluation_mode",
     "mlp",
     "resolve_device",
     "set_decoder_precision",

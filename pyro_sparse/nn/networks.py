@@ -1,6 +1,8 @@
 """Plain torch networks shared by models and guides (no Pyro here)."""
 
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 import torch.distributed.nn as dist_nn
@@ -159,3 +161,19 @@ class HeteroscedasticDecoder(Decoder):
         return self.output_affine(raw_loc), variance
 
 
+
+
+@contextlib.contextmanager
+def evaluation_mode(*modules):
+    """
+    Run a block with ``modules`` in eval mode (no batch-norm statistics
+    updated, no feature subsampling) and put back each one's mode after it.
+    """
+    modes = [module.training for module in modules]
+    for module in modules:
+        module.eval()
+    try:
+        yield
+    finally:
+        for module, mode in zip(modules, modes):
+            module.train(mode)

@@ -344,11 +344,26 @@ def test_slab_region_probability_limits():
     assert d.slab_region_probability(0.0, 1e-3) < 1e-12
     # ... and data that pin it at 0.3 call it in.
     assert d.slab_region_probability(0.3, 1e-3) > 1 - 1e-6
-    # Uninformative data leave the prior's probability of |w| > δ.
-    prior_tail = 2 * (1 - d.cdf(d.inclusion_threshold))
-    assert d.slab_region_probability(0.0, 1e4).item() == pytest.approx(prior_tail.item(), rel=1e-3)
-    # Broadcasting and finite values over a range of scales and locations, float32 included.
+    # Uninformative data leave the prior's probability of |w| > δ, however wide the likelihood
+    # (its Laplace factor grows as e^{λ²s²/2} and must not cancel against the normal CDFs).
+    prior_tail = 2 * d.cdf(-d.inclusion_threshold).double()
+    for scale in (1e4, 1e6, 1e8, 1e12):
+        assert d.slab_region_probability(0.0, scale).item() == pytest.approx(prior_tail.item(), rel=1e-4)
+    # Broadcasting and finite values over a range of scales and locations, from a float32 prior.
     loc = torch.linspace(-2, 2, 41)[:, None]
-    scale = torch.logspace(-4, 3, 15)
+    scale = torch.logspace(-8, 10, 19)
     p = d.slab_region_probability(loc, scale)
-    assert p.shape == (41, 15) and torch.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()
+    assert p.shape == (41, 19) and p.dtype == torch.float64
+    assert torch.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()
+
+
+@pytest.mark.parametrize("eta, lambda0, expected", [
+    (0.0, 20.0, 0.0),   # never in the slab: δ = ∞
+    (1.0, 20.0, 1.0),   # always in the slab: δ = 0
+    (0.3, 1.0, 0.0),    # the Lasso ablation (λ0 = λ1) with η < 1/2: E[γ] = η < 1/2 everywhere, δ = ∞
+    (0.7, 1.0, 1.0),    # ... and with η > 1/2: δ = 0
+])
+def test_slab_region_probability_at_the_edges(eta, lambda0, expected):
+    d = SpikeSlabLasso(torch.tensor([eta, eta], dtype=torch.float64), lambda0, 1.0)
+    p = d.slab_region_probability(torch.tensor([0.0, 0.7]), torch.tensor([0.1, 3.0]))
+    assert p.tolist() == [expected, expected]

@@ -82,3 +82,19 @@ def test_support_probability_needs_a_mask():
                                progress=False, device="cpu")
     with pytest.raises(AttributeError, match="has no prior hooks for 'W'"):
         fitted.support_probability(data.X)
+
+
+@pytest.mark.filterwarnings("ignore:feature subsampling starts at epoch 0")
+def test_support_probability_runs_in_eval_mode_and_puts_the_modes_back():
+    data = synthetic_sparse_dgm(n=80, rho=0.0, seed=0)
+    fitted = pyro_sparse.train("ssl_dgm", data.X, latent_dim=3, hidden_dims=(6,), max_epochs=2, batch_size=40,
+                               feature_subsample_size=3, feature_subsample_start_epoch=0, progress=False, device="cpu")
+    pyro.set_rng_seed(1)
+    in_eval = fitted.support_probability(data.X)
+    fitted.model.train()
+    fitted.guide.train()
+    pyro.set_rng_seed(1)
+    in_train = fitted.support_probability(data.X)
+    # In training mode the model would decode 3 of the 7 features: every row must still be scored.
+    assert fitted.model.training and fitted.guide.training
+    assert (in_train == in_eval).all()
