@@ -89,7 +89,7 @@ class SpikeSlabLasso(TorchDistribution):
     @property
     def inclusion_threshold(self):
         r"""
-        δ, the |w| above which the slab is the likelier component
+        δ, the \|w\| above which the slab is the likelier component
         (E[γ | w] > 1/2): η λ1 e^{-λ1 δ} = (1 - η) λ0 e^{-λ0 δ}, so
         δ = log((1 - η) λ0 / (η λ1)) / (λ0 - λ1), and 0 where the slab wins
         everywhere.  With λ0 = λ1 (the Lasso ablation) E[γ] = η for all w:
@@ -103,13 +103,13 @@ class SpikeSlabLasso(TorchDistribution):
 
     def slab_region_probability(self, loc, scale):
         r"""
-        P(|w| > δ | y) for w with this prior and data whose likelihood in w is
-        Gaussian, N(w; ``loc``, ``scale``²): the posterior probability that w
+        P(\|w\| > δ | y) for w with this prior and data whose likelihood in w is
+        Gaussian, N(w; m, s²) with m = ``loc`` and s = ``scale``: the posterior probability that w
         lies where the slab is the likelier component (:attr:`inclusion_threshold`),
         i.e. that the E-step's support call E[γ | w] > 1/2 holds.  Unlike
         E[γ | y], which stays above η λ1 / (η λ1 + (1 - η) λ0) however
         precisely the data put w at 0, it tends to 0 or 1 as the data grow,
-        and to the prior's P(|w| > δ) as they fade.
+        and to the prior's P(\|w\| > δ) as they fade.
 
         Closed form: over each half-line a Laplace component times the
         Gaussian is a Gaussian in w up to a factor, e.g. for w ≥ 0
@@ -183,7 +183,7 @@ def _log_laplace_normal_mass(rate, loc, scale, low, high):
     e^{-λm + λ²s²/2} (Φ(u_high) - Φ(u_low)).  Where the interval lies in one
     tail of N(μ, s²) the factor and the CDFs would cancel (the factor grows as
     e^{λ²s²/2} for a wide likelihood), so there the tail beyond t is written
-    with the scaled complementary error function erfcx: ½ erfcx(|u_t|/√2)
+    with the scaled complementary error function erfcx: ½ erfcx(\|u_t\|/√2)
     e^{-λt - (t - m)²/2s²}, whose exponent stays bounded.
     """
     shift = loc - rate * scale**2
