@@ -45,7 +45,7 @@ class AmortizedGuide(nn.Module):
     """
 
     #: the value of options added since, for model files that do not record them.
-    former_defaults = {"batch_norm": False, "latent_library": False}
+    former_defaults = {"batch_norm": False}
 
     def __init__(
         self,
@@ -79,7 +79,7 @@ class AmortizedGuide(nn.Module):
         self.latent_library = bool(latent_library)
         if self.latent_library:
             if network != "mlp":
-                raise ValueError("a latent library needs network='mlp' (count data, not images)")
+                raise ValueError("a latent library size needs the MLP encoder (network='mlp'), not the conv one")
             self.library_encoder = mlp(num_features + self.covariate_dim, hidden_dims[:1], 2, self.batch_norm)
         point_estimates = point_estimates or {}
         self.supports = {name: support for name, (_, support) in point_estimates.items()}
@@ -126,8 +126,7 @@ class AmortizedGuide(nn.Module):
     @torch.no_grad()
     def start_library(self, log_mean_library):
         """Start q's mean of log ℓ at the log of the training data's mean library."""
-        if self.latent_library:
-            self.library_encoder[-1].bias[0] = log_mean_library
+        self.library_encoder[-1].bias[0] = log_mean_library
 
     def posterior(self, x, covariates=None):
         raise NotImplementedError
@@ -145,4 +144,4 @@ class AmortizedGuide(nn.Module):
         with data_plate(x, num_data):
             self.sample_local(x, covariates)
             if self.latent_library:
-                pyro.sample("log_library", self.library_posterior(x, covariates))
+                pyro.sample("log_library", self.library_posterior(x, covariates), infer={"kl_warmup": False})

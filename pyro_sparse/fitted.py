@@ -157,12 +157,25 @@ class FittedModel:
     def reconstruct(self, X):
         """
         E[x | z = E_q[z | x]]: means (gaussian; expected counts for the count
-        likelihoods, at each row's library size), probabilities (bernoulli, multinomial).
+        likelihoods, at each row's library size, or at exp E_q[log ℓ] for a
+        latent one), probabilities (bernoulli, multinomial).
         """
         return np.concatenate([
             expected_observation(self.model, self.guide, batch.x, **batch.kwargs).cpu().numpy()
             for batch in self._batches(X)
         ])
+
+    @torch.no_grad()
+    def get_latent_library_size(self, X):
+        """
+        exp E_q[log ℓ_i | x_i], (N,): each cell's inferred library size (the
+        posterior median) under ``library="latent"``.
+        """
+        if not getattr(self.guide, "latent_library", False):
+            raise AttributeError(f"model {self.config['model']!r} was not trained with library='latent': its "
+                                 "library sizes are the data's")
+        return np.concatenate([self.guide.library_posterior(batch.x, batch.covariates).loc.exp().cpu().numpy()
+                               for batch in self._batches(X)])
 
     def get_latent_representation(self, X, kind="mean"):
         """scvi-tools' name for :meth:`transform`, posterior means by default: the codes of X, (N, K)."""
@@ -267,7 +280,12 @@ class FittedModel:
         return prior.changes(self.support_probability(X, num_samples), fdr)
 
     def heldout_log_likelihood(self, X, num_samples=100):
-        """Importance-weighted estimate of log p(x_i) per data point (Burda et al. 2016)."""
+        """
+        Importance-weighted estimate of log p(x_i) per data point (Burda et
+        al. 2016).  For counts it conditions on the observed library size,
+        or, under ``library="latent"``, integrates over it: compare only fits
+        that treat the library alike.
+        """
         if not is_count(num_samples):
             raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
         return np.concatenate(

@@ -369,6 +369,9 @@ class SVIModel:
         return fitted
 
     def _fit_once(self, name, dataset, latent_dim, settings, hyper):
+        if hyper.get("library") == "latent" and dataset.library is not None:
+            raise ValueError("library='latent' infers each cell's library size, but the data also give one "
+                             "(size_factor_key): drop one of them")
         device = resolve_device(settings.device)
         if settings.hardware.strategy == "ddp":
             device = distributed.init_process_group(device)

@@ -25,8 +25,11 @@ class ObservationModel(nn.Module):
     total count, or the observed ``library`` given with the data (a
     ``size_factor_key``); or, with ``library="latent"``, a local latent
     site ``log_library`` ~ N(m_b, s_b²) per batch b, as scVI's
-    ``use_observed_lib_size=False`` (Lopez et al. 2018), with m_b and s_b
-    fitted with the networks and the posterior given by the guide.
+    ``use_observed_lib_size=False`` (Lopez et al. 2018), with the posterior
+    given by the guide.  scVI fixes m_b and s_b at the batch's mean and sd
+    of log total counts; here they are fitted with the networks (empirical
+    Bayes), m_b starting at the log of the mean library.  The KL warm-up
+    leaves the site's KL at full weight, as scVI does.
 
     :param str likelihood: a name in ``LIKELIHOODS``.
     :param int num_features: G.
@@ -77,17 +80,19 @@ class ObservationModel(nn.Module):
         if library is not None:
             raise ValueError("library='latent' infers each cell's library size, but the data also give one "
                              "(size_factor_key): drop one of them")
-        batch = self._batch(covariates) if self.num_batches > 1 else torch.zeros(x.shape[:-1], dtype=torch.long,
-                                                                                 device=x.device)
-        return pyro.sample("log_library", dist.Normal(self.library_loc[batch], self.library_log_scale[batch].exp()))
+        batch = self._batch(covariates, x)
+        prior = dist.Normal(self.library_loc[batch], self.library_log_scale[batch].exp())
+        return pyro.sample("log_library", prior, infer={"kl_warmup": False})
 
     @torch.no_grad()
     def start_library(self, log_mean_library):
         """Start the latent library's prior mean m_b at the log of the training data's mean library."""
-        if self.latent_library:
-            self.library_loc.fill_(log_mean_library)
+        self.library_loc.fill_(log_mean_library)
 
-    def _batch(self, covariates):
+    def _batch(self, covariates, x=None):
+        """Each row's batch index (0 for every row without a batch covariate)."""
+        if self.num_batches == 1:
+            return torch.zeros(x.shape[:-1], dtype=torch.long, device=x.device)
         return covariates[..., : self.num_batches].argmax(-1)
 
     def inverse_dispersion(self, covariates=None):

@@ -27,9 +27,11 @@ def test_the_library_is_recovered(data, model):
     log_total = np.log(data.X.sum(1))
     posterior = fitted.guide.library_posterior(torch.as_tensor(data.X)).loc.detach().numpy()
     assert np.corrcoef(posterior, log_total)[0, 1] > 0.95
-    # The fitted prior N(m, s²) matches the spread of the cells' log totals (mean 7.67, sd 0.31).
+    np.testing.assert_allclose(fitted.get_latent_library_size(data.X), np.exp(posterior), rtol=1e-5)
+    # The fitted prior N(m, s²) matches the cells' log totals (mean 7.67, sd 0.31), from its start at
+    # m = log of the mean total (0.05 above the mean log total) and s = 1.
     observation = fitted.model.observation
-    assert observation.library_loc.item() == pytest.approx(log_total.mean(), abs=0.05)
+    assert observation.library_loc.item() == pytest.approx(log_total.mean(), abs=0.03)
     assert observation.library_log_scale.exp().item() == pytest.approx(log_total.std(), abs=0.05)
     expression = fitted.get_normalized_expression(data.X[:5], library_size=1e4)
     np.testing.assert_allclose(expression.sum(1), 1e4, rtol=1e-4)
@@ -79,3 +81,23 @@ def test_an_observed_library_and_a_latent_one_exclude_each_other(data):
 def test_bad_options_are_named(data, options, message):
     with pytest.raises(ValueError, match=message):
         pyro_sparse.train("vae", data.X[:50], max_epochs=1, **{**QUICK, **options})
+
+
+def test_the_site_counts_once_per_cell_and_outside_beta_and_the_warm_up(data):
+    from pyro_sparse.infer.handlers import scale_local_latents
+
+    X = data.X[:200, :40]
+    fitted = pyro_sparse.train("vae", X, max_epochs=1, hidden_dims=(8,), beta=2.0, **QUICK)
+    x = torch.as_tensor(X[:10])
+    with scale_local_latents(0.1):
+        guide_trace = poutine.trace(fitted.guide).get_trace(x, num_data=200)
+        model_trace = poutine.trace(poutine.replay(fitted.model, trace=guide_trace)).get_trace(x, num_data=200)
+    for trace in (guide_trace, model_trace):
+        assert trace.nodes["log_library"]["scale"] == pytest.approx(20.0)  # N / B: not β, not the warm-up
+        assert trace.nodes["z"]["scale"] == pytest.approx(20.0 * 2.0 * 0.1)
+
+
+def test_get_latent_library_size_needs_a_latent_library(data):
+    fitted = pyro_sparse.train("vae", data.X[:100], max_epochs=1, **{**QUICK, "library": "observed"})
+    with pytest.raises(AttributeError, match="not trained with library='latent'"):
+        fitted.get_latent_library_size(data.X[:100])
