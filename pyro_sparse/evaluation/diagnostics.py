@@ -87,7 +87,8 @@ def to_arviz(fitted, X, num_samples=100, feature_names=None, batch_size=256):
 
     * ``posterior``: every site of the guide.  Local codes (``z``, and
       ``threshold`` for tvsc with learned thresholds) are exact draws from
-      q(z | x_i), dims ``(data_point, latent)``; spike-and-slab and
+      q(z | x_i), dims ``(data_point, latent)``; a latent library size
+      (``log_library``) has dims ``(data_point,)``; spike-and-slab and
       thresholded codes have exact zeros.  Global sites that the guide
       point-estimates (``W``, ``sigma2``, a linear dictionary ``A``) are
       latent variables of the model whose q is a point mass, so each draw
