@@ -37,6 +37,7 @@ from pyro_sparse.infer.elbo import MaxParticleELBO, kl_terms
 from pyro_sparse.infer.loop import TrainingDivergedError, fit
 from pyro_sparse.io import serialization
 from pyro_sparse.nn import (
+    check_library_source,
     check_precision,
     check_step_memory,
     evaluation_mode,
@@ -369,9 +370,7 @@ class SVIModel:
         return fitted
 
     def _fit_once(self, name, dataset, latent_dim, settings, hyper):
-        if hyper.get("library") == "latent" and dataset.library is not None:
-            raise ValueError("library='latent' infers each cell's library size, but the data also give one "
-                             "(size_factor_key): drop one of them")
+        check_library_source(hyper.get("library") == "latent", dataset.library is not None)  # before any work
         device = resolve_device(settings.device)
         if settings.hardware.strategy == "ddp":
             device = distributed.init_process_group(device)

@@ -9,7 +9,6 @@ from pyro import poutine
 
 from pyro_sparse.infer.importance import exact_guide_trace
 from pyro_sparse.nn import evaluation_mode
-from pyro_sparse.plates import in_data_plate
 
 
 def mask_log_likelihood_curvature(model, guide, batches, site="W", num_samples=4):
@@ -44,10 +43,7 @@ def _sum_over_batches(model, guide, batches, site, num_samples):
     gradient = curvature = None
     for batch in batches:
         for _ in range(num_samples):
-            guide_trace = exact_guide_trace(guide, batch.x, **batch.kwargs)
-            for node in guide_trace.nodes.values():
-                if node["type"] == "sample" and in_data_plate(node):
-                    node["value"] = node["value"].detach()
+            guide_trace = exact_guide_trace(guide, batch.x, **batch.kwargs)  # codes drawn without gradients
             mask = guide_trace.nodes[site]["value"].detach().clone().requires_grad_(True)
             guide_trace.nodes[site]["value"] = mask
             model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(batch.x, **batch.kwargs)

@@ -22,6 +22,7 @@ from pyro_sparse.nn.networks import (
 from pyro_sparse.nn.observation import (
     DISPERSIONS,
     ObservationModel,
+    check_library_source,
 )
 from pyro_sparse.nn.precision import (
     PRECISIONS,
@@ -44,6 +45,7 @@ __all__ = [
     "ObservationModel",
     "PRECISIONS",
     "available_memory_bytes",
+    "check_library_source",
     "check_precision",
     "check_step_memory",
     "evaluation_mode",

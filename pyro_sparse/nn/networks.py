@@ -161,8 +161,6 @@ class HeteroscedasticDecoder(Decoder):
         return self.output_affine(raw_loc), variance
 
 
-
-
 @contextlib.contextmanager
 def evaluation_mode(*modules):
     """

@@ -13,6 +13,13 @@ DISPERSIONS = ("gene", "gene-batch")
 LIBRARIES = ("observed", "latent")
 
 
+def check_library_source(latent, observed):
+    """A latent library size and an observed one (``size_factor_key``) exclude each other."""
+    if latent and observed:
+        raise ValueError("library='latent' infers each cell's library size, but the data also give one "
+                         "(size_factor_key): drop one of them")
+
+
 class ObservationModel(nn.Module):
     r"""
     p(x_i | decoder output) for one likelihood (see
@@ -77,9 +84,7 @@ class ObservationModel(nn.Module):
         """
         if not self.latent_library:
             return (x.sum(-1) if library is None else library).log()
-        if library is not None:
-            raise ValueError("library='latent' infers each cell's library size, but the data also give one "
-                             "(size_factor_key): drop one of them")
+        check_library_source(self.latent_library, library is not None)
         batch = self._batch(covariates, x)
         prior = dist.Normal(self.library_loc[batch], self.library_log_scale[batch].exp())
         return pyro.sample("log_library", prior, infer={"kl_warmup": False})
