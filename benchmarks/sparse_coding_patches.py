@@ -18,7 +18,10 @@ Protocol
   test suite runs it).
 * FISTA: ``baselines.fista.learn_dictionary`` (λ = 20, κ = 1e-3, SGD lr 0.5
   decayed 0.99 per epoch, batch 100, the λ warm-up of Appendix D reaching 1
-  after a third of the run), validation codes by ``fista`` at λ = 20.
+  after a third of the run), validation codes by ``fista`` at λ = 20.  Outside
+  ``--quick`` also "FISTA, principal start": the same, started from the
+  patches' principal directions at norm 6 (instead of random unit atoms), so
+  that most atoms are in use at the start -- does Eq. 10 at λ = 20 keep them?
 * Variational rows: ``train(model, patches, decoder="linear", latent_dim=K)``
   with the library's defaults (``tvsc``: Adam lr 1e-3, dictionary lr 0.1,
   decay 0.99 per epoch, KL warm-up over a quarter of the run, rollback on
@@ -51,8 +54,10 @@ Columns
 on ``synthetic_correlated_factors`` (3 correlated factors with anchors, 30
 features, 2,000 training / 1,000 held-out points), with the prior's defaults
 (b0 = 0.1, λ0 = 0.25) and with unit-scale codes (b0 = 1, λ0 = 1: 37 %
-non-zero a priori; augmented and exact KL), against the Gaussian-latent ``ssl_dgm``: the share of
-exact zeros in the codes, F(W) of the decoder support (``match_factors``,
+non-zero a priori; augmented and exact KL), and with the prior's threshold
+learned per code from λ0 = 1 (``learn_prior_threshold``), against the
+Gaussian-latent ``ssl_dgm``: the share of exact zeros in the codes (and how
+many of the 5 codes are always 0), F(W) of the decoder support (``match_factors``,
 ``support_f_score``) and the held-out NLL (100 importance samples); writes
 ``results/sparse_coding_patches_ssl_dgm.json`` / ``.md``.
 
@@ -103,6 +108,7 @@ RESULTS = HERE / "results"
 LAM = 20.0  # Eq. 10's λ: ~10 % non-zero FISTA codes in the paper (Sec. 4.1)
 SPIKE_FACTOR = 10.0
 TRAIN_USAGE_POINTS = 2000  # training patches on which dead atoms are counted too
+PRINCIPAL_START_NORM = 6.0  # atoms of the principal start: about the norm FISTA's atoms reach (5.6)
 
 # Table 1 rows in the paper's order: (label, model, options).
 TABLE1 = {
@@ -167,19 +173,32 @@ def parse_args(argv=None):
 # --------------------------------------------------------------------------- runs
 
 
-def run_fista(args, data, seed):
+def principal_start(X, num_atoms):
+    """The leading principal directions of the patches at norm PRINCIPAL_START_NORM (cycled if K > G)."""
+    _, _, vt = torch.linalg.svd(X - X.mean(0), full_matrices=False)
+    return vt.T[:, torch.arange(num_atoms) % vt.shape[0]] * PRINCIPAL_START_NORM
+
+
+def run_fista(args, data, seed, start="random"):
+    """Classical dictionary learning; ``start="principal"`` starts from the principal directions instead."""
     X, V = torch.as_tensor(data.train), torch.as_tensor(data.validation)
     steps = args.epochs * (X.shape[0] // 100)
+    init = principal_start(X, args.atoms) if start == "principal" else None
     t0 = time.perf_counter()
     A = learn_dictionary(X, args.atoms, LAM, kappa=1e-3, num_epochs=args.epochs, batch_size=100, lr=0.5,
-                         lr_decay=0.99, warmup=True, warmup_increment=0.9 / max(1.0, steps / 3), seed=seed)
+                         lr_decay=0.99, warmup=True, warmup_increment=0.9 / max(1.0, steps / 3), seed=seed,
+                         init=init)
     seconds = time.perf_counter() - t0
     codes = fista(V, A, LAM, num_iterations=2000, tol=1e-5)
     report = sparse_coding_report(V, A, codes, LAM)
     train_codes = fista(X[:TRAIN_USAGE_POINTS], A, LAM, num_iterations=2000, tol=1e-5)
-    return dict(key=f"fista/seed{seed}", row="fista", seed=seed, status="ok", train_seconds=seconds,
-                **report.as_dict(), dead_atoms_train=len(dead_atoms(train_codes.numpy())),
-                dictionary=A.numpy().tolist())
+    row = "fista" if init is None else "fista_principal"
+    rec = dict(key=f"{row}/seed{seed}", row=row, seed=seed, status="ok", train_seconds=seconds,
+               **report.as_dict(), dead_atoms_train=len(dead_atoms(train_codes.numpy())),
+               dictionary=A.numpy().tolist())
+    if init is not None:
+        rec["dead_atoms_start"] = len(dead_atoms(fista(V, init, LAM, num_iterations=2000, tol=1e-5).numpy()))
+    return rec
 
 
 def vsc_schedule(args, steps_per_epoch):
@@ -313,7 +332,7 @@ def principal_directions(X, shares=(0.9, 0.95, 0.99)):
     return {f"{share:g}": int(np.searchsorted(cumulative, share) + 1) for share in shares}
 
 
-def markdown(args, config, fista_recs, runs, verdicts, wall):
+def markdown(args, config, fista_recs, principal_recs, runs, verdicts, wall):
     zero = config["zero_code_objective"]
     L = ["## Sparse coding of whitened patches (Fallah & Rozell 2022, Table 1; issue 20)\n"]
     L.append(f"`python benchmarks/sparse_coding_patches.py {' '.join(config['argv'])}` — {args.num_train} training / "
@@ -329,6 +348,13 @@ def markdown(args, config, fista_recs, runs, verdicts, wall):
              f"{cell(fista_recs, 'dead_atoms_train', '.2g')} | "
              f"{cell(fista_recs, 'coherence_max', '.2f')} | {cell(fista_recs, 'mean_atom_norm', '.2f')} | – | – | "
              f"{cell(fista_recs, 'train_seconds', '.0f')} |")
+    if principal_recs:
+        L.append(f"| FISTA, principal start (dead atoms at the start: {cell(principal_recs, 'dead_atoms_start', '.2g')}) "
+                 f"| {cell(principal_recs, 'objective')} | {cell(principal_recs, 'fista_objective')} | "
+                 f"{cell(principal_recs, 'density', '.2g', 100, '%')} | {cell(principal_recs, 'dead_atoms', '.2g')} / "
+                 f"{cell(principal_recs, 'dead_atoms_train', '.2g')} | "
+                 f"{cell(principal_recs, 'coherence_max', '.2f')} | {cell(principal_recs, 'mean_atom_norm', '.2f')} "
+                 f"| – | – | {cell(principal_recs, 'train_seconds', '.0f')} |")
     for row in args.methods:
         recs = [r for r in runs if r["row"] == row]
         if not recs:
@@ -407,6 +433,12 @@ SSL_DGM_ROWS = {
     "thresholded_unit_exact": ("thresholded Laplace, b0 = 1, λ0 = 1, exact KL",
                                {"latent_prior": "thresholded_laplace", "prior_scale": 1.0, "threshold": 1.0,
                                 "kl": "exact"}),
+    "thresholded_learned": ("thresholded Laplace, b0 = 1, prior λ_k learned per code (from 1)",
+                            {"latent_prior": "thresholded_laplace", "prior_scale": 1.0, "threshold": 1.0,
+                             "kl": "augmented", "learn_prior_threshold": True}),
+    "thresholded_learned_exact": ("thresholded Laplace, b0 = 1, prior λ_k learned per code (from 1), exact KL",
+                                  {"latent_prior": "thresholded_laplace", "prior_scale": 1.0, "threshold": 1.0,
+                                   "kl": "exact", "learn_prior_threshold": True}),
 }
 
 
@@ -423,8 +455,10 @@ def ssl_dgm_check(args, stem):
                 fitted = pyro_sparse.train("ssl_dgm", train.X, latent_dim=5, seed=seed, progress=False, **options)
             codes = fitted.transform(train.X)
             matching = match_factors(codes, train.z)
-            runs.append(dict(row=row, seed=seed, zeros=float((codes == 0).mean()),
-                             zeros_per_code=(codes == 0).mean(0).tolist(),
+            zeros = (codes == 0).mean(0)
+            runs.append(dict(row=row, seed=seed, zeros=float(zeros.mean()), zeros_per_code=zeros.tolist(),
+                             codes_off=int((zeros == 1).sum()),
+                             zeros_in_used=float(zeros[zeros < 1].mean()) if (zeros < 1).any() else None,
                              f_score=support_f_score(fitted.W_, train.support, matching),
                              nll=heldout_nll(fitted.heldout_log_likelihood(test.X, num_samples=100)),
                              seconds=time.perf_counter() - t0))
@@ -439,11 +473,13 @@ def ssl_dgm_check(args, stem):
          "\n",
          "Targets: 30-90 % exact zeros, F(W) >= 0.7, held-out NLL within one sd of the Gaussian codes' "
          f"({gaussian_nll[0]:.2f} ± {gaussian_nll[1]:.2f}).\n",
-         "| codes | exact zeros | F(W) | held-out NLL | NLL − Gaussian's | s per fit |", "|---|---|---|---|---|---|"]
+         "| codes | exact zeros | codes always 0 (of 5) | zeros in the other codes | F(W) | held-out NLL "
+         "| NLL − Gaussian's | s per fit |", "|---|---|---|---|---|---|---|---|"]
     for row, (label, _) in SSL_DGM_ROWS.items():
         recs = [dict(r, status="ok") for r in runs if r["row"] == row]
         gap = stats(recs, "nll")[0] - gaussian_nll[0]
-        L.append(f"| {label} | {cell(recs, 'zeros', '.2g', 100, '%')} | {cell(recs, 'f_score', '.3f')} | "
+        L.append(f"| {label} | {cell(recs, 'zeros', '.2g', 100, '%')} | {cell(recs, 'codes_off', '.2g')} | "
+                 f"{cell(recs, 'zeros_in_used', '.2g', 100, '%')} | {cell(recs, 'f_score', '.3f')} | "
                  f"{cell(recs, 'nll', '.4g')} | {gap:+.2f} | {cell(recs, 'seconds', '.0f')} |")
     stem.with_suffix(".json").write_text(json.dumps(dict(config=vars(args), runs=runs), default=float))
     stem.with_suffix(".md").write_text("\n".join(L) + "\n")
@@ -470,15 +506,15 @@ def main(argv=None):
                   zero_code_objective=zero, validation_images=list(data.image_names_validation),
                   training_images=list(data.image_names_train), torch=torch.__version__,
                   python=platform.python_version(), figure=str(stem.with_suffix(".png").name))
-    fista_recs, runs = [], []
+    fista_recs, principal_recs, runs = [], [], []
 
     def dump(final):
         wall = time.perf_counter() - wall0
         verdicts = targets(fista_recs, runs, zero)
-        payload = dict(config=config, fista=fista_recs, runs=runs, targets=verdicts, wall_seconds=wall,
+        payload = dict(config=config, fista=fista_recs, fista_principal=principal_recs, runs=runs, targets=verdicts, wall_seconds=wall,
                        complete=final)
         stem.with_suffix(".json").write_text(json.dumps(payload, default=float))
-        stem.with_suffix(".md").write_text(markdown(args, config, fista_recs, runs, verdicts, wall))
+        stem.with_suffix(".md").write_text(markdown(args, config, fista_recs, principal_recs, runs, verdicts, wall))
         return verdicts
 
     for seed in args.seeds:
@@ -486,6 +522,12 @@ def main(argv=None):
         fista_recs.append(rec)
         print(f"[{time.perf_counter() - wall0:5.0f}s] FISTA seed {seed}: {rec['objective']:.4g} "
               f"(zero code {zero:.4g}), density {100 * rec['density']:.1f}%", flush=True)
+        if not args.quick:
+            rec = run_fista(args, data, seed, start="principal")
+            principal_recs.append(rec)
+            print(f"[{time.perf_counter() - wall0:5.0f}s] FISTA from the principal directions, seed {seed}: "
+                  f"{rec['objective']:.4g}, dead {rec['dead_atoms']} (at the start {rec['dead_atoms_start']})",
+                  flush=True)
         for row in args.methods:
             rec, _ = run_variational(args, data, row, seed)
             runs.append(rec)

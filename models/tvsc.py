@@ -23,7 +23,7 @@ class TVSC(nn.Module):
     :class:`~pyro_sparse.priors.ThresholdedLaplacePrior` (``train``
     takes ``latent_prior="thresholded_laplace"`` or ``"thresholded_normal"``
     and their ``threshold``, ``prior_scale``, ``learn_threshold``,
-    ``amortized_threshold``, ``kl``, ``threshold_concentration`` and
+    ``learn_prior_threshold``, ``amortized_threshold``, ``kl``, ``threshold_concentration`` and
     ``threshold_beta``); its guide is
     :class:`~pyro_sparse.guides.ThresholdedGuide` (``estimator``), and the
     code KL, weighted by β1, is the prior's ``kl`` (the paper's Eq. 5 is

@@ -261,6 +261,12 @@ class ThresholdedPrior(LatentPrior):
     base z is exactly spike-and-slab with γ = exp(-λ0/b0) (Prop. 3.1).  With
     ``learn_threshold`` λ is a local latent with a Gamma(α0, α0/λ0) prior (mean
     λ0; Sec. 3.2, Appendix B) and its own KL weight ``threshold_beta`` (β2).
+    With ``learn_prior_threshold`` the prior's own threshold is one global
+    λ_k per code, point-estimated (MAP) under the same Gamma(α0, α0/λ0): the
+    prior's share of exact zeros, 1 - exp(-λ_k/b0) for the Laplace base, is
+    then fitted to the data per code (empirical Bayes) instead of fixed, so a
+    code that the data need dense is not charged the KL of a gate kept shut
+    a priori, and an unused code is not charged for one kept open.
 
     The guide's codes are thresholded base draws too
     (:class:`~pyro_sparse.guides.ThresholdedGuide`), with a threshold that is
@@ -281,6 +287,8 @@ class ThresholdedPrior(LatentPrior):
         (Appendix D): 0.25 with b0 = 0.1 (Laplace), 0.52 with σ0 = √0.1
         (Gaussian), ~10% non-zero codes a priori.
     :param float prior_scale: b0 or σ0 (> 0).
+    :param bool learn_prior_threshold: learn the prior's λ_k per code (global,
+        MAP; the site ``"prior_threshold"``).
     :param str kl: the code KL the ELBO uses (module docstring of
         :mod:`pyro_sparse.distributions.thresholded`): ``"exact"`` (the KL of
         the thresholded laws), ``"augmented"`` (Laplace only: the KL of the
@@ -291,16 +299,21 @@ class ThresholdedPrior(LatentPrior):
     """
 
     guide_family = "thresholded"
+    site = "prior_threshold"
 
     def __init__(
         self, latent_dim, base, threshold, prior_scale, learn_threshold=False, threshold_concentration=3.0,
-        threshold_beta=0.1, amortized_threshold=None, kl="exact",
+        threshold_beta=0.1, amortized_threshold=None, kl="exact", learn_prior_threshold=False,
     ):
         super().__init__(latent_dim)
         if base not in ("laplace", "gaussian"):
             raise ValueError(f"base must be 'laplace' or 'gaussian', got {base!r}")
-        if threshold is None and learn_threshold:
-            raise ValueError("learn_threshold needs a threshold λ0 for its Gamma prior")
+        for name, learned in [("learn_threshold", learn_threshold), ("learn_prior_threshold", learn_prior_threshold)]:
+            if threshold is None and learned:
+                raise ValueError(f"{name} needs a threshold λ0 for its Gamma prior")
+        if learn_threshold and learn_prior_threshold:
+            raise ValueError("learn_threshold (a local λ per data point) and learn_prior_threshold (a global λ per "
+                             "code) exclude each other: pass one of them")
         if amortized_threshold is None:
             amortized_threshold = not learn_threshold and kl != "base"
         # Plain codes (threshold=None) have no threshold to amortise.
@@ -315,11 +328,16 @@ class ThresholdedPrior(LatentPrior):
         kls = ("exact", "augmented", "base") if base == "laplace" else ("exact", "base")
         if kl not in kls:
             raise ValueError(f"kl must be one of {kls} with the {base} base, got {kl!r}")
+        if kl == "base" and learn_prior_threshold:
+            raise ValueError("kl='base' (the paper's Eq. 5) ignores the thresholds, so it cannot fit the prior's: "
+                             "pass kl='exact' or 'augmented' with learn_prior_threshold")
         if kl == "base" and amortized_threshold:
             raise ValueError("kl='base' (the paper's Eq. 5) ignores the thresholds, so it cannot regularise an "
                              "amortised threshold: pass amortized_threshold=False, or kl='exact'")
         self.base, self.learn_threshold = base, bool(learn_threshold)
+        self.learn_prior_threshold = bool(learn_prior_threshold)
         self.amortized_threshold = amortized_threshold
+        self._sampled_threshold = None
         self.threshold = None if threshold is None else float(threshold)
         self.prior_scale, self.threshold_concentration = float(prior_scale), float(threshold_concentration)
         self.threshold_beta, self.kl = float(threshold_beta), kl
@@ -339,16 +357,32 @@ class ThresholdedPrior(LatentPrior):
             self.base, x.new_zeros(self.latent_dim), self.prior_scale, threshold, kl_objective=self.kl
         ).to_event(1)
 
+    def _threshold_prior(self, like):
+        concentration = like.new_full((self.latent_dim,), self.threshold_concentration)
+        return dist.Gamma(concentration, concentration / self.threshold).to_event(1)
+
+    def point_estimate_sites(self):
+        if not self.learn_prior_threshold:
+            return {}
+        return {self.site: (torch.full((self.latent_dim,), self.threshold), constraints.positive)}
+
+    def sample_globals(self, like):
+        if self.learn_prior_threshold:
+            self._sampled_threshold = pyro.sample(self.site, self._threshold_prior(like))
+
     def distribution(self, x):
-        """p(z) at the prior threshold λ0 (for a learned threshold, its prior mean)."""
+        """p(z) at the prior threshold: λ0, the learned λ_k, or for a local learned threshold its prior mean."""
+        if self.learn_prior_threshold:
+            if self._sampled_threshold is None:
+                raise RuntimeError("a learned prior threshold is sampled by the model (sample_globals) before the codes")
+            return self._codes(x, self._sampled_threshold)
         return self._codes(x, None if self.threshold is None else x.new_full((self.latent_dim,), self.threshold))
 
     def sample(self, x, kl_weight):
         if not self.learn_threshold:
             return super().sample(x, kl_weight)
-        concentration = x.new_full((self.latent_dim,), self.threshold_concentration)
         with poutine.scale(scale=self.threshold_beta):
-            threshold = pyro.sample("threshold", dist.Gamma(concentration, concentration / self.threshold).to_event(1))
+            threshold = pyro.sample("threshold", self._threshold_prior(x))
         with poutine.scale(scale=kl_weight):
             return pyro.sample("z", self._codes(x, threshold))
 
@@ -357,18 +391,20 @@ class ThresholdedLaplacePrior(ThresholdedPrior):
     """Soft-thresholded Laplace(0, b0) codes; see :class:`ThresholdedPrior`."""
 
     def __init__(self, latent_dim, threshold=0.25, prior_scale=0.1, learn_threshold=False,
-                 threshold_concentration=3.0, threshold_beta=0.1, amortized_threshold=None, kl="exact"):
+                 threshold_concentration=3.0, threshold_beta=0.1, amortized_threshold=None, kl="exact",
+                 learn_prior_threshold=False):
         super().__init__(latent_dim, "laplace", threshold, prior_scale, learn_threshold, threshold_concentration,
-                         threshold_beta, amortized_threshold, kl)
+                         threshold_beta, amortized_threshold, kl, learn_prior_threshold)
 
 
 class ThresholdedNormalPrior(ThresholdedPrior):
     """Soft-thresholded N(0, σ0²) codes (the paper's Gaussian "spread" 0.1 is σ0²); see :class:`ThresholdedPrior`."""
 
     def __init__(self, latent_dim, threshold=0.52, prior_scale=math.sqrt(0.1), learn_threshold=False,
-                 threshold_concentration=3.0, threshold_beta=0.1, amortized_threshold=None, kl="exact"):
+                 threshold_concentration=3.0, threshold_beta=0.1, amortized_threshold=None, kl="exact",
+                 learn_prior_threshold=False):
         super().__init__(latent_dim, "gaussian", threshold, prior_scale, learn_threshold, threshold_concentration,
-                         threshold_beta, amortized_threshold, kl)
+                         threshold_beta, amortized_threshold, kl, learn_prior_threshold)
 
 
 def _real_valued(support):
