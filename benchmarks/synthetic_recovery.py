@@ -17,7 +17,12 @@ and the VAE, on two generators with known factors and support, and score on
 
 Columns: heldout MSE of E[x | E_q z] (Gaussian) and importance-weighted NLL
 (50 draws); DCI of the codes against the true factors; F-score of W's support
-(E[γ] > 0.5, after matching factors) and columns of W in use; for the learned
+(E[γ] > 0.5, after matching factors) and columns of W in use; ``magnitude_columns``:
+columns matched to no factor whose code follows a factor's magnitude |z_k|
+(|corr| ≥ 0.7; even links can be fitted through such a code), and ``f_merged``:
+F(W) with each such column's entries counted on its factor's column, and
+``stability_codes_merged`` the code stability with such columns merged the
+same way (diagnostics; the targets use F(W) and the stability); for the learned
 correlation the fitted R between the codes matched to the first two factors
 (``rho_hat``; Eq. 9 only); seed stability: the matched |corr| of the codes on
 shared points and the matched Jaccard of the supports, between the fits of
@@ -53,6 +58,7 @@ MODELS = {
     SPARSE_RESTART: ("ssl_dgm", {"latent_prior": "correlated", "sparse_restart": True}),
     "VAE": ("vae", {}),
 }
+MAGNITUDE_CORRELATION = 0.7  # a spare code this correlated with |z_k| stands for factor k's magnitude
 SETTINGS = {
     "eq9": {"levels": (0.0, 0.2, 0.4, 0.6, 0.8), "latent_dim": 5, "likelihoods": ("gaussian",), "epochs": 200},
     "correlated": {"levels": (0.3, 0.6, 0.8), "latent_dim": 8, "likelihoods": ("gaussian", "bernoulli"),
@@ -123,9 +129,16 @@ def run(job):
         result["mse"] = evaluation.mse(test.X, fitted.reconstruct(test.X))
     if "W" in fitted.guide.unconstrained:
         included = fitted.inclusion_probs_ > 0.5
+        magnitudes = magnitude_columns(z, test.z, included, matching)
+        merged = included.copy()
+        for column, factor in magnitudes.items():
+            merged[:, matching[factor]] |= merged[:, column]
+            merged[:, column] = False
         result.update(
             f_score=evaluation.support_f_score(included, test.support, matching),
-            columns=int(included.any(0).sum()), support=included.tolist(), W=fitted.W_.round(3).tolist(),
+            magnitude_columns=len(magnitudes), f_merged=evaluation.support_f_score(merged, test.support, matching),
+            columns=int(included.any(0).sum()), support=included.tolist(), merged_support=merged.tolist(),
+            W=fitted.W_.round(3).tolist(),
         )
     if hyper.get("latent_prior") == "correlated":
         R = fitted.latent_correlation_
@@ -134,6 +147,23 @@ def run(job):
         rho_hat = float(R[matching[0], matching[1]] * signs[0] * signs[1])
         result["rho_hat"] = rho_hat if np.isfinite(rho_hat) else None  # None: a matched code is constant (unused)
     return result
+
+
+def magnitude_columns(z, true_z, included, matching):
+    """
+    Columns in use that are matched to no factor but whose code follows a
+    factor's magnitude, |corr(code, |z_k|)| ≥ MAGNITUDE_CORRELATION: {column:
+    k}.  Even links (z² - 1, |z| - E|z|) can be fitted through such a code
+    instead of z_k itself.
+    """
+    out = {}
+    for column in np.flatnonzero(np.asarray(included).any(0)):
+        if column in matching or np.std(z[:, column]) == 0:
+            continue
+        corr = np.abs([np.corrcoef(z[:, column], np.abs(true_z[:, k]))[0, 1] for k in range(true_z.shape[1])])
+        if np.nanmax(corr) >= MAGNITUDE_CORRELATION:
+            out[int(column)] = int(np.nanargmax(corr))
+    return out
 
 
 # The sparse VAEs fitted ``--restarts`` times on each data seed, and the label of their best-of rows.
@@ -189,20 +219,23 @@ def stability(runs):
         groups.setdefault(r["data_seed"], []).append(r)
     if all(len(group) == 1 for group in groups.values()):
         if runs[0]["generator"] != "eq9":
-            return {"stability_codes": None, "stability_support": None}
+            return {"stability_codes": None, "stability_support": None, "stability_codes_merged": None}
         groups = {0: runs}
-    results = []
+    results, merged = [], []
     for group in (g for g in groups.values() if len(g) > 1):
         codes = [np.asarray(r["codes"]) for r in group]
         supports = [np.asarray(r["support"]) for r in group] if all("support" in r for r in group) else None
         results.append(code_stability(codes, supports))  # the VAE (no support): its active codes by variance
+        if supports is not None:  # magnitude columns merged into their factors' columns (a diagnostic)
+            merged.append(code_stability(codes, [np.asarray(r["merged_support"]) for r in group]))
     support = [r.support_jaccard for r in results if r.support_jaccard is not None]
     return {"stability_codes": float(np.mean([r.code_correlation for r in results])),
-            "stability_support": float(np.mean(support)) if support else None}
+            "stability_support": float(np.mean(support)) if support else None,
+            "stability_codes_merged": float(np.mean([r.code_correlation for r in merged])) if merged else None}
 
 
-COLUMNS = ["dci", "f_score", "columns", "rho_hat", "nll", "mse", "stability_codes", "stability_support", "loss",
-           "seconds"]
+COLUMNS = ["dci", "f_score", "f_merged", "magnitude_columns", "columns", "rho_hat", "nll", "mse", "stability_codes",
+           "stability_codes_merged", "stability_support", "loss", "seconds"]
 
 
 def _cell(values):

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,3 +187,19 @@ def test_support_oracle_smoke(tmp_path):
     assert 0 < oracle["entries"] <= oracle["true_entries"], "W left the true support"
     assert results["free"]["entries"] > oracle["true_entries"]
     assert results["sparse_restart"]["entries"] < results["free"]["entries"], "the restart did not start sparse"
+
+
+def test_magnitude_columns_finds_a_spare_code_that_follows_a_factors_magnitude():
+    spec = importlib.util.spec_from_file_location("synthetic_recovery", os.path.join(REPO, "benchmarks",
+                                                                                     "synthetic_recovery.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(0)
+    true_z = rng.normal(size=(500, 2))
+    # Codes: factor 1, factor 0, |factor 1| + noise, and a fourth code of noise; columns 0, 1 matched.
+    z = np.column_stack([true_z[:, 1], true_z[:, 0], abs(true_z[:, 1]) + 0.1 * rng.normal(size=500),
+                         rng.normal(size=500)])
+    included = np.ones((6, 4), bool)
+    assert module.magnitude_columns(z, true_z, included, [1, 0]) == {2: 1}
+    included[:, 2] = False  # a column with no entries is not in use
+    assert module.magnitude_columns(z, true_z, included, [1, 0]) == {}
