@@ -231,15 +231,18 @@ class FittedModel:
         P(\|w_jk\| > δ_jk | X), (G, K): the posterior probability that each
         entry of W lies where the slab of its Spike-and-Slab Lasso prior is
         the likelier component, i.e. that the support the fit reports
-        (E[γ | w] > 1/2) holds there.  The likelihood of each entry, the rest
-        of the fit held fixed, is approximated by a Gaussian
+        (E[γ | w] > 1/2) holds there.  The likelihood of each row w_j, the
+        rest of the fit held fixed, is approximated by a Gaussian
         (:func:`~pyro_sparse.infer.mask_posterior.mask_log_likelihood_curvature`
-        on X, ``num_samples`` codes per data point) and combined with the prior
-        in closed form (:meth:`~pyro_sparse.distributions.SpikeSlabLasso.slab_region_probability`).
+        on X, ``num_samples`` codes per data point); its marginal for w_jk
+        (the row's other entries integrated out, their sparsity priors left
+        aside, so that a factor correlated with k can stand in for it) is
+        combined with the prior in closed form
+        (:meth:`~pyro_sparse.distributions.SpikeSlabLasso.slab_region_probability`).
         E[γ | w] cannot fall below η λ1 / (η λ1 + (1 - η) λ0) at w = 0, so it
         cannot back a call at a low FDR; this probability can, as the data
         pin w_jk down.  It ignores the other parameters' uncertainty (its
-        calibration on simulated data: docs, Results, single cell).  Entries
+        calibration on simulated data: docs, Results, single cell).  Rows
         whose likelihood is not locally concave keep the prior's probability;
         switched-off factors (``eta_ == 0``) read 0.  The codes are drawn at
         random, so repeated calls differ a little (``pyro.set_rng_seed`` makes
@@ -258,11 +261,22 @@ class FittedModel:
                                                             num_samples=num_samples)
         prior = type(prior)(*(getattr(prior, name).double() for name in ("eta", "lambda0", "lambda1")))
         mask = self.guide.point_estimate("W").detach().double()
-        concave = curvature > 0
-        safe = torch.where(concave, curvature, torch.ones_like(curvature))
-        posterior = prior.slab_region_probability(mask + gradient / safe, safe.rsqrt())
+        on = torch.as_tensor(self.eta_ > 0, device=mask.device)
+        if not on.any():
+            return np.zeros(tuple(mask.shape))
+        # Each row's Gaussian over the factors in use: mean ŵ + H⁻¹g, marginal variances diag(H⁻¹).
+        block = curvature[:, on][:, :, on]
+        cholesky, info = torch.linalg.cholesky_ex(block)
+        concave = info == 0
+        eye = torch.eye(block.shape[-1], dtype=block.dtype, device=block.device)
+        cholesky = torch.where(concave[:, None, None], cholesky, eye)
+        covariance = torch.cholesky_inverse(cholesky)
+        loc, scale = mask.clone(), torch.ones_like(mask)
+        loc[:, on] += (covariance @ gradient[:, on, None]).squeeze(-1)
+        scale[:, on] = torch.diagonal(covariance, dim1=-2, dim2=-1).sqrt()
+        posterior = prior.slab_region_probability(loc, scale)
         tail = 2 * prior.cdf(-prior.inclusion_threshold)  # the prior's P(|w| > δ)
-        support = torch.where(concave, posterior, tail).cpu().numpy()
+        support = torch.where(concave[:, None], posterior, tail).cpu().numpy()
         return np.where(self.eta_ > 0, support, 0.0)
 
     def gene_set_changes(self, X, fdr=None, num_samples=4):
