@@ -349,7 +349,8 @@ def markdown(args, config, fista_recs, principal_recs, runs, verdicts, wall):
              f"{cell(fista_recs, 'coherence_max', '.2f')} | {cell(fista_recs, 'mean_atom_norm', '.2f')} | – | – | "
              f"{cell(fista_recs, 'train_seconds', '.0f')} |")
     if principal_recs:
-        L.append(f"| FISTA, principal start (dead atoms at the start: {cell(principal_recs, 'dead_atoms_start', '.2g')}) "
+        start = cell(principal_recs, 'dead_atoms_start', '.2g')
+        L.append(f"| FISTA, principal start (dead atoms at the start: {start}) "
                  f"| {cell(principal_recs, 'objective')} | {cell(principal_recs, 'fista_objective')} | "
                  f"{cell(principal_recs, 'density', '.2g', 100, '%')} | {cell(principal_recs, 'dead_atoms', '.2g')} / "
                  f"{cell(principal_recs, 'dead_atoms_train', '.2g')} | "
@@ -459,6 +460,8 @@ def ssl_dgm_check(args, stem):
             runs.append(dict(row=row, seed=seed, zeros=float(zeros.mean()), zeros_per_code=zeros.tolist(),
                              codes_off=int((zeros == 1).sum()),
                              zeros_in_used=float(zeros[zeros < 1].mean()) if (zeros < 1).any() else None,
+                             prior_threshold=(fitted.guide.point_estimate("prior_threshold").detach().tolist()
+                                              if options.get("learn_prior_threshold") else None),
                              f_score=support_f_score(fitted.W_, train.support, matching),
                              nll=heldout_nll(fitted.heldout_log_likelihood(test.X, num_samples=100)),
                              seconds=time.perf_counter() - t0))
@@ -481,6 +484,13 @@ def ssl_dgm_check(args, stem):
         L.append(f"| {label} | {cell(recs, 'zeros', '.2g', 100, '%')} | {cell(recs, 'codes_off', '.2g')} | "
                  f"{cell(recs, 'zeros_in_used', '.2g', 100, '%')} | {cell(recs, 'f_score', '.3f')} | "
                  f"{cell(recs, 'nll', '.4g')} | {gap:+.2f} | {cell(recs, 'seconds', '.0f')} |")
+    for row, (label, _) in SSL_DGM_ROWS.items():
+        learned = [r for r in runs if r["row"] == row and r["prior_threshold"] is not None]
+        if learned:
+            used = [t for r in learned for t, z in zip(r["prior_threshold"], r["zeros_per_code"]) if z < 1]
+            off = [t for r in learned for t, z in zip(r["prior_threshold"], r["zeros_per_code"]) if z == 1]
+            L.append(f"\n{label}: learned λ_k {min(used):.3g}-{max(used):.3g} in the other codes"
+                     + (f", {min(off):.3g}-{max(off):.3g} in the codes always 0." if off else "."))
     stem.with_suffix(".json").write_text(json.dumps(dict(config=vars(args), runs=runs), default=float))
     stem.with_suffix(".md").write_text("\n".join(L) + "\n")
     print(f"wrote {stem}.json/.md", flush=True)
@@ -511,7 +521,8 @@ def main(argv=None):
     def dump(final):
         wall = time.perf_counter() - wall0
         verdicts = targets(fista_recs, runs, zero)
-        payload = dict(config=config, fista=fista_recs, fista_principal=principal_recs, runs=runs, targets=verdicts, wall_seconds=wall,
+        payload = dict(config=config, fista=fista_recs, fista_principal=principal_recs, runs=runs, targets=verdicts,
+                       wall_seconds=wall,
                        complete=final)
         stem.with_suffix(".json").write_text(json.dumps(payload, default=float))
         stem.with_suffix(".md").write_text(markdown(args, config, fista_recs, principal_recs, runs, verdicts, wall))

@@ -34,7 +34,8 @@ the second generator's Bernoulli variant, ``support_oracle_correlated_bernoulli`
     python benchmarks/support_oracle.py --variants free,oracle,kl10,lambda0_30,path,b500,homotopy,homotopy_full
     python benchmarks/support_oracle.py --variants oracle_init,random_init,one_parent_init,sparse_restart
     python benchmarks/support_oracle.py --generator eq9 --data-seeds 0,1,2,3,4 --variants free,oracle
-    python benchmarks/support_oracle.py --likelihood bernoulli --level 0.3 --data-seeds 0,1 --variants free,oracle,oracle_init
+    python benchmarks/support_oracle.py --likelihood bernoulli --level 0.3 --data-seeds 0,1 \
+        --variants free,oracle,oracle_init
 """
 
 import argparse

@@ -21,8 +21,9 @@ Columns: heldout MSE of E[x | E_q z] (Gaussian) and importance-weighted NLL
 columns matched to no factor whose code follows a factor's magnitude |z_k|
 (|corr| ≥ 0.7; even links can be fitted through such a code), and ``f_merged``:
 F(W) with each such column's entries counted on its factor's column, and
-``stability_codes_merged`` the code stability with such columns merged the
-same way (diagnostics; the targets use F(W) and the stability); for the learned
+``stability_codes_merged`` the code stability with such columns left out
+(their entries moved to their factors' columns; diagnostics: the targets
+use F(W) and the stability); for the learned
 correlation the fitted R between the codes matched to the first two factors
 (``rho_hat``; Eq. 9 only); seed stability: the matched |corr| of the codes on
 shared points and the matched Jaccard of the supports, between the fits of

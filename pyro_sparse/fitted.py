@@ -242,8 +242,11 @@ class FittedModel:
         E[γ | w] cannot fall below η λ1 / (η λ1 + (1 - η) λ0) at w = 0, so it
         cannot back a call at a low FDR; this probability can, as the data
         pin w_jk down.  It ignores the other parameters' uncertainty (its
-        calibration on simulated data: docs, Results, single cell).  Rows
-        whose likelihood is not locally concave keep the prior's probability;
+        calibration on simulated data: docs, Results, single cell).  In a row
+        whose likelihood is not locally concave in the factors in use, each
+        entry uses its own curvature (the row's others held fixed), and an
+        entry not locally concave keeps the prior's probability; the
+        curvature holds G K² numbers (float64);
         switched-off factors (``eta_ == 0``) read 0.  The codes are drawn at
         random, so repeated calls differ a little (``pyro.set_rng_seed`` makes
         them repeat).
@@ -262,21 +265,26 @@ class FittedModel:
         prior = type(prior)(*(getattr(prior, name).double() for name in ("eta", "lambda0", "lambda1")))
         mask = self.guide.point_estimate("W").detach().double()
         on = torch.as_tensor(self.eta_ > 0, device=mask.device)
-        if not on.any():
-            return np.zeros(tuple(mask.shape))
+        # Where a row's block over the factors in use is not positive definite (a code that is 0 on all of X,
+        # say), its entries fall back to their own curvature, the rest of the row held fixed.
+        diagonal = torch.diagonal(curvature, dim1=-2, dim2=-1)
+        concave = diagonal > 0
+        safe = torch.where(concave, diagonal, torch.ones_like(diagonal))
+        loc, scale = mask + gradient / safe, safe.rsqrt()
         # Each row's Gaussian over the factors in use: mean ŵ + H⁻¹g, marginal variances diag(H⁻¹).
         block = curvature[:, on][:, :, on]
-        cholesky, info = torch.linalg.cholesky_ex(block)
-        concave = info == 0
+        cholesky, info = torch.linalg.cholesky_ex((block + block.transpose(-1, -2)) / 2)
+        definite = info == 0
         eye = torch.eye(block.shape[-1], dtype=block.dtype, device=block.device)
-        cholesky = torch.where(concave[:, None, None], cholesky, eye)
-        covariance = torch.cholesky_inverse(cholesky)
-        loc, scale = mask.clone(), torch.ones_like(mask)
-        loc[:, on] += (covariance @ gradient[:, on, None]).squeeze(-1)
-        scale[:, on] = torch.diagonal(covariance, dim1=-2, dim2=-1).sqrt()
+        covariance = torch.cholesky_inverse(torch.where(definite[:, None, None], cholesky, eye))
+        marginal_loc = mask[:, on] + (covariance @ gradient[:, on, None]).squeeze(-1)
+        marginal_scale = torch.diagonal(covariance, dim1=-2, dim2=-1).sqrt()
+        loc[:, on] = torch.where(definite[:, None], marginal_loc, loc[:, on])
+        scale[:, on] = torch.where(definite[:, None], marginal_scale, scale[:, on])
+        concave[:, on] |= definite[:, None]
         posterior = prior.slab_region_probability(loc, scale)
         tail = 2 * prior.cdf(-prior.inclusion_threshold)  # the prior's P(|w| > δ)
-        support = torch.where(concave[:, None], posterior, tail).cpu().numpy()
+        support = torch.where(concave, posterior, tail).cpu().numpy()
         return np.where(self.eta_ > 0, support, 0.0)
 
     def gene_set_changes(self, X, fdr=None, num_samples=4):

@@ -311,6 +311,10 @@ class ThresholdedPrior(LatentPrior):
         for name, learned in [("learn_threshold", learn_threshold), ("learn_prior_threshold", learn_prior_threshold)]:
             if threshold is None and learned:
                 raise ValueError(f"{name} needs a threshold λ0 for its Gamma prior")
+        if learn_prior_threshold and not threshold_concentration >= 1:
+            raise ValueError(f"learn_prior_threshold needs threshold_concentration >= 1, got "
+                             f"{threshold_concentration!r}: below 1 the Gamma prior's density is unbounded at 0 "
+                             "and the MAP threshold runs there")
         if learn_threshold and learn_prior_threshold:
             raise ValueError("learn_threshold (a local λ per data point) and learn_prior_threshold (a global λ per "
                              "code) exclude each other: pass one of them")
@@ -374,7 +378,8 @@ class ThresholdedPrior(LatentPrior):
         """p(z) at the prior threshold: λ0, the learned λ_k, or for a local learned threshold its prior mean."""
         if self.learn_prior_threshold:
             if self._sampled_threshold is None:
-                raise RuntimeError("a learned prior threshold is sampled by the model (sample_globals) before the codes")
+                raise RuntimeError("a learned prior threshold is sampled by the model (sample_globals) "
+                                   "before the codes")
             return self._codes(x, self._sampled_threshold)
         return self._codes(x, None if self.threshold is None else x.new_full((self.latent_dim,), self.threshold))
 

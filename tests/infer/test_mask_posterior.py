@@ -1,5 +1,6 @@
 """The Laplace approximation of W's likelihood: its gradient and curvature against autograd's full Hessian."""
 
+import numpy as np
 import pyro
 import pytest
 import torch
@@ -103,3 +104,34 @@ def test_support_probability_runs_in_eval_mode_and_puts_the_modes_back():
     # In training mode the model would decode 3 of the 7 features: every row must still be scored.
     assert fitted.model.training and fitted.guide.training
     assert (in_train == in_eval).all()
+
+
+def test_support_probability_uses_each_rows_marginal_and_falls_back_entry_by_entry(monkeypatch):
+    """Row 0: a positive definite block (its marginal); row 1: an indefinite block (each entry's own curvature,
+    the non-concave entry the prior's tail); row 2: a diagonal block; column 2 switched off (0)."""
+    data = synthetic_sparse_dgm(n=40, rho=0.0, seed=0)
+    X = data.X[:, :3]
+    fitted = pyro_sparse.train("ssl_dgm", X, latent_dim=3, hidden_dims=(4,), max_epochs=1, batch_size=20,
+                               seed=0, progress=False, device="cpu")
+    prior = fitted._prior("W")
+    prior.eta[2] = torch.finfo(prior.eta.dtype).tiny
+    gradient = torch.tensor([[1.0, -2.0, 5.0], [0.5, 0.3, 5.0], [-0.4, 0.2, 5.0]], dtype=torch.float64)
+    curvature = torch.tensor([[[4.0, 1.5, 9.0], [1.5, 2.0, 9.0], [9.0, 9.0, 1.0]],
+                              [[3.0, 5.0, 0.0], [5.0, -1.0, 0.0], [0.0, 0.0, 1.0]],
+                              [[2.0, 0.0, 0.0], [0.0, 8.0, 0.0], [0.0, 0.0, 1.0]]], dtype=torch.float64)
+    monkeypatch.setattr(pyro_sparse.fitted, "mask_log_likelihood_curvature", lambda *a, **k: (gradient, curvature))
+    support = fitted.support_probability(X)
+
+    ssl = prior.distribution().base_dist
+    ssl = type(ssl)(*(getattr(ssl, name).double() for name in ("eta", "lambda0", "lambda1")))
+    mask = fitted.guide.point_estimate("W").detach().double()
+    covariance = torch.linalg.inv(curvature[0, :2, :2])
+    diagonal = curvature.diagonal(dim1=-2, dim2=-1)
+    loc, scale = mask + gradient / diagonal.abs(), diagonal.abs().rsqrt()
+    loc[0, :2], scale[0, :2] = mask[0, :2] + covariance @ gradient[0, :2], covariance.diagonal().sqrt()
+    expected = ssl.slab_region_probability(loc, scale)
+    expected[1, 1] = (2 * ssl.cdf(-ssl.inclusion_threshold))[1, 1]
+    expected[:, 2] = 0.0
+    np.testing.assert_allclose(support, expected.numpy(), rtol=1e-10, atol=1e-12)
+    # The marginal is wider than the entry's own curvature: the correlated factor can stand in.
+    assert covariance[0, 0] > 1 / curvature[0, 0, 0]

@@ -25,6 +25,8 @@ def test_options_are_checked():
         ThresholdedLaplacePrior(3, learn_prior_threshold=True, kl="base", amortized_threshold=False)
     with pytest.raises(ValueError, match="exclude each other"):
         ThresholdedNormalPrior(3, learn_prior_threshold=True, learn_threshold=True, amortized_threshold=False)
+    with pytest.raises(ValueError, match="threshold_concentration >= 1"):
+        ThresholdedLaplacePrior(3, learn_prior_threshold=True, threshold_concentration=0.5)
     with pytest.raises(ValueError, match="learn_prior_threshold needs a threshold"):
         ThresholdedLaplacePrior(3, threshold=None, learn_prior_threshold=True)
 
