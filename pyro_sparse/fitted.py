@@ -245,9 +245,9 @@ class FittedModel:
         calibration on simulated data: docs, Results, single cell).  In a row
         whose likelihood is not locally concave in the factors in use, each
         entry uses its own curvature (the row's others held fixed), and an
-        entry not locally concave keeps the prior's probability; the
-        curvature holds G K² numbers (float64);
-        switched-off factors (``eta_ == 0``) read 0.  The codes are drawn at
+        entry not locally concave keeps the prior's probability.  The
+        curvature holds G K² float64 numbers.  Switched-off factors
+        (``eta_ == 0``) read 0.  The codes are drawn at
         random, so repeated calls differ a little (``pyro.set_rng_seed`` makes
         them repeat).
         """

@@ -59,7 +59,7 @@ def test_unused_codes_keep_a_high_threshold_and_used_ones_lower_it(tmp_path):
     used = zeros < 1
     # The two factors get a code each, dense (its prior gate opened: λ_k from 1 to ~0.01); the other two codes
     # are exactly 0 on every point and keep a shut prior gate.
-    assert used.sum() == 2 and np.all(zeros[used] < 0.01) and np.all(zeros[~used] == 1)
+    assert used.sum() == 2 and np.all(zeros[used] < 0.01)
     assert learned[used].max() < 0.1 * learned[~used].min()
     fitted.save(tmp_path / "model.pt")
     loaded = pyro_sparse.load(tmp_path / "model.pt")
