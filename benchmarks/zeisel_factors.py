@@ -6,7 +6,7 @@ Gaussian likelihood), the sparse VAE (Σ = I and a learned correlation) and
 the VAE, K = 15, Table 6's settings (3 hidden layers of 100, batch 512, lr
 0.01), ``--seeds`` seeds each, on all 3,005 cells:
 
-* cell-type accuracy from the posterior means (5-fold logistic regression);
+* cell-type accuracy from the posterior means (5-fold logistic regression, shuffled folds);
 * seed stability (:func:`pyro_sparse.evaluation.code_stability`): matched
   |corr| of the codes across seeds, and for the sparse VAEs the matched
   Jaccard of W's supports (E[γ] > 0.5);
@@ -97,18 +97,8 @@ def run(job):
             "factor_genes": [g.tolist() for g in factor_genes(fitted, data.X, codes)]}
 
 
-def accuracy(codes, labels):
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import cross_val_score
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    return float(np.mean(cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000)),
-                                         codes, labels, cv=5)))
-
-
 def summarize(results, data, labels):
-    from pyro_sparse.evaluation import code_stability
+    from pyro_sparse.evaluation import code_stability, linear_probe_accuracy
 
     table = markers(data.X, data.labels)
     summary = {}
@@ -122,7 +112,7 @@ def summarize(results, data, labels):
                       for tops in ranking])
             for ranking in ([r["factor_genes"] for r in runs], [correlated_genes(data.X, c) for c in codes]))
         summary[label] = {
-            "accuracy": [accuracy(c, data.labels) for c in codes],
+            "accuracy": [linear_probe_accuracy(c, data.labels) for c in codes],
             "stability_codes": None if stability is None else stability.code_correlation,
             "stability_support": None if stability is None else stability.support_jaccard,
             "types_with_marker_factor": found.mean(0).tolist(),

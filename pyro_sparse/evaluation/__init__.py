@@ -1,5 +1,6 @@
 """Metrics of fitted models; every function takes numpy arrays (diagnostics: :mod:`pyro_sparse.evaluation.diagnostics`)."""
 
+from pyro_sparse.evaluation.classification import linear_probe_accuracy
 from pyro_sparse.evaluation.collapse import (
     feature_collapse,
     gradient_snr,
@@ -52,6 +53,7 @@ __all__ = [
     "gradient_snr",
     "heldout_nll",
     "importance_matrix",
+    "linear_probe_accuracy",
     "match_factors",
     "mse",
     "multi_information",
