@@ -15,7 +15,8 @@ def linear_probe_accuracy(codes, labels, folds=5, seed=0):
     The folds are stratified and *shuffled* (``seed``): data files are often
     ordered by sample, donor or cell type, and contiguous folds then score a
     classifier on cells unlike those it was fitted on, which measures the
-    ordering rather than the codes.
+    ordering rather than the codes.  A label rarer than ``folds`` is missing
+    from some folds (scikit-learn warns).
     """
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_score
@@ -27,10 +28,8 @@ def linear_probe_accuracy(codes, labels, folds=5, seed=0):
         raise ValueError(f"codes must be (N, K) and labels (N,), got {codes.shape} and {labels.shape}")
     if not np.isfinite(codes).all():
         raise ValueError("codes contain NaN or inf")
-    _, counts = np.unique(labels, return_counts=True)
-    if len(counts) < 2 or counts.min() < folds:
-        raise ValueError(f"linear_probe_accuracy needs at least 2 labels with at least folds={folds} members each, "
-                         f"got label counts {counts.tolist()}")
+    if len(np.unique(labels)) < 2:
+        raise ValueError("linear_probe_accuracy needs at least 2 distinct labels")
     classifier = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000))
     splitter = StratifiedKFold(folds, shuffle=True, random_state=seed)
     return float(np.mean(cross_val_score(classifier, codes, labels, cv=splitter)))
