@@ -28,8 +28,10 @@ def linear_probe_accuracy(codes, labels, folds=5, seed=0):
         raise ValueError(f"codes must be (N, K) and labels (N,), got {codes.shape} and {labels.shape}")
     if not np.isfinite(codes).all():
         raise ValueError("codes contain NaN or inf")
+    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or not 2 <= folds <= len(labels):
+        raise ValueError(f"folds must be an integer between 2 and the number of points ({len(labels)}), got {folds!r}")
     if len(np.unique(labels)) < 2:
         raise ValueError("linear_probe_accuracy needs at least 2 distinct labels")
     classifier = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000))
     splitter = StratifiedKFold(folds, shuffle=True, random_state=seed)
-    return float(np.mean(cross_val_score(classifier, codes, labels, cv=splitter)))
+    return float(np.mean(cross_val_score(classifier, codes, labels, cv=splitter, error_score="raise")))

@@ -51,3 +51,18 @@ def test_a_label_rarer_than_the_folds_is_scored_with_a_warning():
     codes = np.eye(3)[labels] * 5 + rng.normal(0, 0.1, (len(labels), 3))
     with pytest.warns(UserWarning, match="least populated class"):
         assert linear_probe_accuracy(codes, labels) > 0.95
+
+
+def test_the_seed_fixes_the_folds():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 3, size=300)
+    codes = np.eye(3)[labels] + rng.normal(0, 0.8, (300, 3))
+    assert linear_probe_accuracy(codes, labels, seed=0) == linear_probe_accuracy(codes, labels, seed=0)
+    assert len({linear_probe_accuracy(codes, labels, seed=seed) for seed in range(4)}) > 1
+
+
+@pytest.mark.parametrize("folds", [1, 2.5, True, 11])
+def test_impossible_folds_are_refused(folds):
+    labels = np.arange(10) % 2
+    with pytest.raises(ValueError, match="folds must be"):
+        linear_probe_accuracy(np.zeros((10, 2)), labels, folds=folds)
