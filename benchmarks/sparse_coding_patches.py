@@ -192,7 +192,7 @@ def run_fista(args, data, seed, start="random"):
     codes = fista(V, A, LAM, num_iterations=2000, tol=1e-5)
     report = sparse_coding_report(V, A, codes, LAM)
     train_codes = fista(X[:TRAIN_USAGE_POINTS], A, LAM, num_iterations=2000, tol=1e-5)
-    row = "fista" if init is None else "fista_principal"
+    row = "fista" if start == "random" else "fista_principal"
     rec = dict(key=f"{row}/seed{seed}", row=row, seed=seed, status="ok", train_seconds=seconds,
                **report.as_dict(), dead_atoms_train=len(dead_atoms(train_codes.numpy())),
                dictionary=A.numpy().tolist())
@@ -332,6 +332,14 @@ def principal_directions(X, shares=(0.9, 0.95, 0.99)):
     return {f"{share:g}": int(np.searchsorted(cumulative, share) + 1) for share in shares}
 
 
+def classical_row(label, recs):
+    """A table row of classical dictionary learning (no IWAE, no spikes)."""
+    return (f"| {label} | {cell(recs, 'objective')} | {cell(recs, 'fista_objective')} | "
+            f"{cell(recs, 'density', '.2g', 100, '%')} | {cell(recs, 'dead_atoms', '.2g')} / "
+            f"{cell(recs, 'dead_atoms_train', '.2g')} | {cell(recs, 'coherence_max', '.2f')} | "
+            f"{cell(recs, 'mean_atom_norm', '.2f')} | – | – | {cell(recs, 'train_seconds', '.0f')} |")
+
+
 def markdown(args, config, fista_recs, principal_recs, runs, verdicts, wall):
     zero = config["zero_code_objective"]
     L = ["## Sparse coding of whitened patches (Fallah & Rozell 2022, Table 1; issue 20)\n"]
@@ -343,19 +351,10 @@ def markdown(args, config, fista_recs, principal_recs, runs, verdicts, wall):
     L.append("| row | objective (mode codes) | FISTA re-coding | density | dead atoms (validation / training) | "
              "coherence max | mean ‖a‖ | IWAE (nats) | spikes (step / non-finite / epoch) | train s |")
     L.append("|---|---|---|---|---|---|---|---|---|---|")
-    L.append(f"| FISTA | {cell(fista_recs, 'objective')} | {cell(fista_recs, 'fista_objective')} | "
-             f"{cell(fista_recs, 'density', '.2g', 100, '%')} | {cell(fista_recs, 'dead_atoms', '.2g')} / "
-             f"{cell(fista_recs, 'dead_atoms_train', '.2g')} | "
-             f"{cell(fista_recs, 'coherence_max', '.2f')} | {cell(fista_recs, 'mean_atom_norm', '.2f')} | – | – | "
-             f"{cell(fista_recs, 'train_seconds', '.0f')} |")
+    L.append(classical_row("FISTA", fista_recs))
     if principal_recs:
         start = cell(principal_recs, 'dead_atoms_start', '.2g')
-        L.append(f"| FISTA, principal start (dead atoms at the start: {start}) "
-                 f"| {cell(principal_recs, 'objective')} | {cell(principal_recs, 'fista_objective')} | "
-                 f"{cell(principal_recs, 'density', '.2g', 100, '%')} | {cell(principal_recs, 'dead_atoms', '.2g')} / "
-                 f"{cell(principal_recs, 'dead_atoms_train', '.2g')} | "
-                 f"{cell(principal_recs, 'coherence_max', '.2f')} | {cell(principal_recs, 'mean_atom_norm', '.2f')} "
-                 f"| – | – | {cell(principal_recs, 'train_seconds', '.0f')} |")
+        L.append(classical_row(f"FISTA, principal start (dead atoms at the start: {start})", principal_recs))
     for row in args.methods:
         recs = [r for r in runs if r["row"] == row]
         if not recs:
