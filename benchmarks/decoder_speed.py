@@ -112,7 +112,7 @@ def speed(args):
             return step
 
         visited = torch.randperm(features, device=device)[: features // 4]
-        block = features if device.type == "cuda" else max(1, decoder.block_rows // args.batch)
+        block = features if device.type == "cuda" else decoder.block_features(args.batch)
         roofline = matmul_roofline(args.batch, features, args.latent, args.hidden, device, min(block, features))
         sparse_s, roofline_s, subsampled_s, dense_s = timed(
             [backward_of(lambda: decoder(z, mask)), roofline, backward_of(lambda: decoder(z, mask, visited)),

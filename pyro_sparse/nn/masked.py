@@ -64,9 +64,10 @@ class MaskedDecoder(Decoder):
     feature j, so the cost is one hidden-layer pass per (data point, feature)
     pair and never G full networks.  Two sizes govern the work:
 
-    * *blocks* of features are computed at a time so that a block's
-      activations stay in CPU cache (``block_rows`` rows of ``batch x
-      features``; on CUDA one block is a whole chunk, to keep kernels large);
+    * *blocks* of features are computed at a time so that a block's widest
+      activation, (features in the block x batch) rows of the widest layer,
+      stays in a CPU core's cache (``block_bytes``; on CUDA one block is a
+      whole chunk, to keep kernels large);
     * *chunks* of features hold activations that fit ``memory_budget_bytes``;
       when more than one chunk is needed, each is recomputed in the backward
       pass (activation checkpointing), so peak memory is set by the chunk
@@ -80,17 +81,19 @@ class MaskedDecoder(Decoder):
     :param int latent_dim: K.
     :param tuple hidden_dims: widths of the hidden layers of f_θ.
     :param int memory_budget_bytes: activation memory one chunk may use.
-    :param int block_rows: (data point, feature) rows per compute block on CPU.
+    :param int block_bytes: size of a compute block's widest activation on CPU
+        (float32): about one core's L2 cache.  Measured on a 1 MiB L2 CPU:
+        docs/results/speed.rst.
     """
 
-    def __init__(self, num_features, latent_dim, hidden_dims, memory_budget_bytes=2**30, block_rows=2048,
+    def __init__(self, num_features, latent_dim, hidden_dims, memory_budget_bytes=2**30, block_bytes=2**20,
                  covariate_dim=0):
         super().__init__()
         if not hidden_dims:
             raise ValueError("MaskedDecoder needs at least one hidden layer")
         self.num_features, self.latent_dim = num_features, latent_dim
         self.hidden_dims = tuple(hidden_dims)
-        self.memory_budget_bytes, self.block_rows = memory_budget_bytes, block_rows
+        self.memory_budget_bytes, self.block_bytes = memory_budget_bytes, block_bytes
         first = nn.Linear(latent_dim, self.hidden_dims[0])
         self.first_weight = first.weight  # (H1, K), used column-normalised
         self.first_bias = first.bias
@@ -125,6 +128,10 @@ class MaskedDecoder(Decoder):
         outputs = batch_size * self.num_features * 4 * 4
         return self.chunk_size(batch_size) * self._bytes_per_feature(batch_size) + outputs
 
+    def block_features(self, batch_size):
+        """Features per compute block on CPU for ``batch_size`` codes."""
+        return max(1, self.block_bytes // (4 * max(self.hidden_dims) * batch_size))
+
     def _decode_block(self, z, mask, out_weight, out_bias, first_weight, first_bias):
         # One masked copy of the batch per feature in the block, as (F * B, K)
         # rows: the layers' outputs are then whole 2-D tensors, not views of
@@ -139,13 +146,14 @@ class MaskedDecoder(Decoder):
             h = torch.relu_(h.view(num_features * batch, -1))
         for layer in self.hidden:
             h = torch.relu_(layer(h))
-        # Feature j only needs row j of the last layer: a batched (B, H) @ (H, 1).
-        out = torch.baddbmm(out_bias[:, None, None], h.view(num_features, batch, -1), out_weight.unsqueeze(-1))
-        return out.squeeze(-1).transpose(0, 1)  # (B, F)
+        # Feature j only needs row j of the last layer: one dot product per (feature, data point), taken
+        # elementwise rather than as a bmm with a unit dimension, whose backward is slow on CPU.
+        out = torch.linalg.vecdot(h.view(num_features, batch, -1), out_weight.unsqueeze(1)) + out_bias.unsqueeze(-1)
+        return out.transpose(0, 1)  # (B, F)
 
     def _decode_chunk(self, z, mask, out_weight, out_bias, first_weight, first_bias):
         features = mask.shape[0]
-        block = features if z.is_cuda else max(1, self.block_rows // z.shape[0])
+        block = features if z.is_cuda else self.block_features(z.shape[0])
         if block >= features:
             return self._decode_block(z, mask, out_weight, out_bias, first_weight, first_bias)
         return torch.cat(

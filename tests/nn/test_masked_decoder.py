@@ -160,6 +160,21 @@ def test_chunked_matches_unchunked(budget):
                                    atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("features_per_block", [1, 3])
+def test_cpu_blocks_match_one_block(features_per_block):
+    decoder, z, mask = make(seed=7)
+    blocked = MaskedDecoder(G, K, HIDDEN, block_bytes=features_per_block * 4 * max(HIDDEN) * BATCH)
+    blocked.load_state_dict(decoder.state_dict())
+    assert blocked.block_features(BATCH) == features_per_block  # 3 gives uneven blocks 3 + 3 + 1
+    assert decoder.block_features(BATCH) >= G
+    out, g = grads(decoder, z, mask, lambda d, z, m: d(z, m))
+    out_b, g_b = grads(blocked, z, mask, lambda d, z, m: d(z, m))
+    torch.testing.assert_close(out_b, out, atol=1e-6, rtol=1e-6)
+    names = ["z", "mask"] + [n for n, _ in decoder.named_parameters()]
+    for name, a, b in zip(names, g_b, g):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6, msg=lambda m, name=name: f"grad of {name}: {m}")
+
+
 def test_chunk_size_scales_with_batch():
     decoder = MaskedDecoder(G, K, HIDDEN, memory_budget_bytes=4 * 10 * sum(HIDDEN) * 8)
     assert decoder.chunk_size(10) == 4
