@@ -47,9 +47,20 @@ class ThresholdedGuide(AmortizedGuide):
     It is off by default (start 1): with the jump estimator it only delays
     learning (results of ``benchmarks/sparse_coding_patches.py``).
 
+    The base's scale is clamped at ``max_scale_ratio`` × ``prior_scale``
+    (default e, the bound of :class:`~pyro_sparse.guides.SpikeSlabGuide`'s
+    slab): a posterior wider than its prior only adds noise and KL.  Without
+    the bound, the exp of a linear output gave one high-contrast 16×16 patch
+    a scale of 432 where the prior's is 0.1; its draws of \|z\| ≈ 1,000
+    wrecked the loss (docs: TVSC results).  ``None``: only the clamp of the
+    log-scale at ±15.
+
     :meth:`posterior` (used for codes) takes a learned λ at its posterior
     mean α/β.
     """
+
+    # Model files written before the bound existed clamped the log-scale at 15 only.
+    former_defaults = {**AmortizedGuide.former_defaults, "max_scale_ratio": None}
 
     def __init__(
         self,
@@ -68,6 +79,7 @@ class ThresholdedGuide(AmortizedGuide):
         estimator="jump",
         scale_warmup_start=1.0,
         scale_warmup_rate=2e-4,
+        max_scale_ratio=math.e,
         network="mlp",
         covariate_dim=0,
         batch_norm=False,
@@ -89,6 +101,11 @@ class ThresholdedGuide(AmortizedGuide):
         self.threshold = None if threshold is None else float(threshold)
         self.threshold_kl_weight, self.estimator = float(threshold_kl_weight), estimator
         self.scale_warmup_start, self.scale_warmup_rate = float(scale_warmup_start), float(scale_warmup_rate)
+        if max_scale_ratio is not None and not max_scale_ratio > 0:
+            raise ValueError(f"max_scale_ratio must be positive (or None), got {max_scale_ratio!r}")
+        self.max_scale_ratio = None if max_scale_ratio is None else float(max_scale_ratio)
+        bound = 15.0 if max_scale_ratio is None else math.log(float(prior_scale) * self.max_scale_ratio)
+        self.max_log_scale = min(15.0, bound)
         self._initialise_output_biases(float(prior_scale))
         # A buffer, so a fitted or loaded guide evaluates with the value its
         # training ended on (1 for a fresh guide used on its own).
@@ -109,7 +126,7 @@ class ThresholdedGuide(AmortizedGuide):
     def _encode(self, x, covariates=None):
         """(μ, scale, threshold or None, Gamma posterior of λ or None)."""
         outputs = self.encoder_outputs(x, covariates)
-        loc, scale = outputs[0], outputs[1].clamp(-15.0, 15.0).exp() * self.scale_warmup
+        loc, scale = outputs[0], outputs[1].clamp(-15.0, self.max_log_scale).exp() * self.scale_warmup
         threshold = threshold_posterior = None
         if self.amortized_threshold:
             # Clamped like the log-scale: γ stays in (3e-7, 1 - 3e-7), λ > 0.

@@ -81,6 +81,36 @@ def test_amortised_gate_starts_open_at_the_prior_scale(digits):
     assert 0.03 < posterior.scale.median() < 0.08
 
 
+@pytest.mark.parametrize("base", ["laplace", "gaussian"])
+def test_the_scale_is_never_wider_than_the_bound(base):
+    # A scale of 432 against the prior's 0.1 was seen on one 16x16 patch: draws of |z| ≈ 1e3, a loss of 1e9.
+    guide = ThresholdedGuide(5, 3, hidden_dims=(4,), base=base, prior_scale=0.1)
+    with torch.no_grad():
+        last = [m for m in guide.encoder.modules() if isinstance(m, torch.nn.Linear)][-1]
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([0.0] * 3 + [8.0, -2.0, -3.0]))  # μ, log scale; the bound is log(0.1 e) = -1.3
+    scale = guide.posterior(torch.randn(2, 5)).base_dist.scale.detach()
+    torch.testing.assert_close(scale, torch.tensor([[0.1 * np.e, np.exp(-2.0), np.exp(-3.0)]] * 2).float())
+    loose = ThresholdedGuide(5, 3, hidden_dims=(4,), base=base, prior_scale=0.1, max_scale_ratio=None)
+    loose.load_state_dict(guide.state_dict())
+    assert loose.posterior(torch.randn(2, 5)).base_dist.scale[:, 0].detach().allclose(torch.tensor(np.exp(8.0)).float())
+    with pytest.raises(ValueError, match="max_scale_ratio"):
+        ThresholdedGuide(5, 3, max_scale_ratio=0.0)
+
+
+def test_files_without_the_scale_bound_load_without_it(digits, tmp_path):
+    from pyro_sparse.io import serialization
+
+    fitted = pyro_sparse.train("tvsc", digits, decoder="linear", **QUICK)
+    assert fitted.guide.max_scale_ratio == pytest.approx(np.e)
+    fitted.save(tmp_path / "model.pt")
+    config, states = serialization.read(tmp_path / "model.pt")
+    del config["hyperparameters"]["max_scale_ratio"]
+    serialization.write(tmp_path / "old.pt", config, states)
+    old = pyro_sparse.load(tmp_path / "old.pt")
+    assert old.guide.max_scale_ratio is None and old.guide.max_log_scale == 15.0
+
+
 def test_learned_threshold_has_the_gamma_prior_and_its_own_weight(digits):
     fitted = pyro_sparse.train("tvsc", digits, learn_threshold=True, threshold=0.4, threshold_beta=0.05, **QUICK)
     x = torch.as_tensor(digits[:4])

@@ -54,6 +54,16 @@ def grads(decoder, z, mask, fn, weights=None):
     return out, torch.autograd.grad((out * weights).sum(), [z, mask] + params)
 
 
+def assert_same_outputs_and_gradients(decoder, other, z, mask, tol=1e-6):
+    """Two decoders with the same parameters give the same outputs and gradients."""
+    out, g = grads(decoder, z, mask, lambda d, z, m: d(z, m))
+    out_o, g_o = grads(other, z, mask, lambda d, z, m: d(z, m))
+    torch.testing.assert_close(out, out_o, atol=tol, rtol=tol)
+    names = ["z", "mask"] + [n for n, _ in decoder.named_parameters()]
+    for name, a, b in zip(names, g, g_o):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol, msg=lambda m, name=name: f"grad of {name}: {m}")
+
+
 # ----------------------------------------------------------------- values ---
 def test_forward_matches_reference():
     decoder, z, mask = make()
@@ -140,14 +150,7 @@ def test_chunked_matches_unchunked(budget):
     assert size == (1 if budget == 1 else 3)  # 3 gives uneven chunks 3 + 3 + 1
     assert decoder.chunk_size(BATCH) >= G
 
-    out, g = grads(decoder, z, mask, lambda d, z, m: d(z, m))
-    out_c, g_c = grads(chunked, z, mask, lambda d, z, m: d(z, m))
-    torch.testing.assert_close(out_c, out, atol=1e-6, rtol=1e-6)
-    names = ["z", "mask"] + [n for n, _ in decoder.named_parameters()]
-    for name, a, b in zip(names, g_c, g):
-        torch.testing.assert_close(
-            a, b, atol=1e-6, rtol=1e-6, msg=lambda m, name=name: f"grad of {name}: {m}"
-        )
+    assert_same_outputs_and_gradients(chunked, decoder, z, mask)
 
     # Leading sample dim through the chunked path.
     torch.manual_seed(6)
@@ -167,12 +170,7 @@ def test_cpu_blocks_match_one_block(features_per_block):
     blocked.load_state_dict(decoder.state_dict())
     assert blocked.block_features(BATCH) == features_per_block  # 3 gives uneven blocks 3 + 3 + 1
     assert decoder.block_features(BATCH) >= G
-    out, g = grads(decoder, z, mask, lambda d, z, m: d(z, m))
-    out_b, g_b = grads(blocked, z, mask, lambda d, z, m: d(z, m))
-    torch.testing.assert_close(out_b, out, atol=1e-6, rtol=1e-6)
-    names = ["z", "mask"] + [n for n, _ in decoder.named_parameters()]
-    for name, a, b in zip(names, g_b, g):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6, msg=lambda m, name=name: f"grad of {name}: {m}")
+    assert_same_outputs_and_gradients(blocked, decoder, z, mask)
 
 
 def test_chunk_size_scales_with_batch():
