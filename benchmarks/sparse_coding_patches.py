@@ -10,7 +10,8 @@ Protocol
 * Data: ``pyro_sparse.data.patches.whitened_patches`` (photographs shipped
   with scikit-learn / scikit-image, Olshausen-Field whitening, per-pixel
   standardisation, train/validation split *by image*).  Default: 8x8 patches,
-  64 atoms, 10,000 / 2,000 patches, 60 epochs, seeds 0 1337 747 (the paper's);
+  64 atoms, 10,000 / 2,000 patches, 200 epochs (``train``'s default), seeds
+  0 1337 747 (the paper's);
   ``--patch-size 16 --atoms 256`` is the paper's size (80,000 / 16,000 patches,
   300 epochs there).  ``--quick``: 8x8, 5,000 / 1,000 patches, 10 epochs, seed
   0, FISTA and the thresholded Laplacian only; it exits with status 1 if the
@@ -30,7 +31,8 @@ Protocol
   spike probability 0.1, Appendix D's slab pre-training and temperature
   schedule rescaled to the run) gets the same optimiser settings.  Each row
   changes only the code prior; the "variants" change one choice of the
-  thresholded Laplacian at a time (KL, threshold, estimator, particles), and
+  thresholded Laplacian at a time (KL, threshold, estimator, atom norms,
+  particles), and
   "paper's recipe" is the paper's combination (straight-through, Eq. 5 base
   KL, the prior's λ0 in q, the scale warm-up ω of Appendix B).
 
@@ -128,7 +130,7 @@ VARIANTS = {
     "tl_fixed_threshold": ("TL, q uses λ0", "tvsc", dict(amortized_threshold=False)),
     "tl_straight_through": ("TL, straight-through (Eq. 4)", "tvsc", dict(estimator="straight_through")),
     "tl_subgradient": ("TL, subgradient", "tvsc", dict(estimator="subgradient")),
-    "tl_shared_norm": ("TL, atoms of one shared norm", "tvsc", dict(shared_atom_norm=True)),
+    "tl_free_norms": ("TL, free atom norms (the paper's)", "tvsc", dict(shared_atom_norm=False)),
     "tl_J20": ("TL, J = 20 max-ELBO (Eq. 9)", "tvsc", dict(num_particles=20)),
     "tl_paper": ("TL, paper's recipe", "tvsc", dict(estimator="straight_through", kl="base",
                                                      amortized_threshold=False, scale_warmup_start=0.1)),
@@ -151,7 +153,7 @@ def parse_args(argv=None):
     p.add_argument("--atoms", type=int, default=None, help="dictionary size K (default: patch_size**2)")
     p.add_argument("--num-train", type=int, default=10_000)
     p.add_argument("--num-val", type=int, default=2_000)
-    p.add_argument("--epochs", type=int, default=60, help="epochs for FISTA and every variational row")
+    p.add_argument("--epochs", type=int, default=200, help="epochs for FISTA and every variational row (train's default)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1337, 747])
     p.add_argument("--methods", nargs="+", default=list(ROWS), choices=list(ROWS))
     p.add_argument("--iwae-points", type=int, default=500)

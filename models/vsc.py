@@ -49,6 +49,8 @@ class VSC(nn.Module):
         standardised units (gaussian only).
     :param str decoder: ``"mlp"`` (the paper's), ``"linear"`` (x ≈ A z) or ``"conv"``.
     :param float dictionary_penalty: κ of the linear decoder's Frobenius penalty.
+    :param bool shared_atom_norm: the linear decoder's atoms share one learned
+        norm, as in ``tvsc`` (:class:`~pyro_sparse.priors.LinearGenerator`).
     :param float noise_variance: σ² of the linear and conv decoders' Gaussian
         likelihood; ``train`` sets it to half the mean feature variance
         unless given (the MLP decoder learns its variances instead).
@@ -64,6 +66,9 @@ class VSC(nn.Module):
         batch, inferred by the guide (:class:`~pyro_sparse.nn.ObservationModel`).
     """
 
+    # Model files written before shared atom norms were the default trained free atoms.
+    former_defaults = {"shared_atom_norm": False}
+
     def __init__(
         self,
         num_features,
@@ -74,6 +79,7 @@ class VSC(nn.Module):
         min_noise_variance=1e-3,
         decoder="mlp",
         dictionary_penalty=1e-3,
+        shared_atom_norm=True,
         noise_variance=None,
         latent_prior=None,
         covariate_dim=0,
@@ -99,7 +105,7 @@ class VSC(nn.Module):
         self.decoder_kind, self.noise_variance = decoder, noise_variance
         self.decoder = self.linear_generator = None
         if decoder == "linear":
-            self.linear_generator = LinearGenerator(num_features, latent_dim, dictionary_penalty)
+            self.linear_generator = LinearGenerator(num_features, latent_dim, dictionary_penalty, shared_atom_norm)
         elif decoder == "conv":
             self.decoder = ConvDecoder28(num_features, latent_dim)
         elif self.likelihood == "gaussian":

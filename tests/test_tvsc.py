@@ -98,17 +98,22 @@ def test_the_scale_is_never_wider_than_the_bound(base):
         ThresholdedGuide(5, 3, max_scale_ratio=0.0)
 
 
-def test_files_without_the_scale_bound_load_without_it(digits, tmp_path):
+def test_files_from_before_the_scale_bound_and_shared_norms_load_as_trained(digits, tmp_path):
     from pyro_sparse.io import serialization
 
     fitted = pyro_sparse.train("tvsc", digits, decoder="linear", **QUICK)
-    assert fitted.guide.max_scale_ratio == pytest.approx(np.e)
-    fitted.save(tmp_path / "model.pt")
+    assert fitted.guide.max_scale_ratio == pytest.approx(np.e) and fitted.model.linear_generator.shared_atom_norm
+    # An older file: trained with free atom norms and no scale bound, and naming neither option.
+    old = pyro_sparse.train("tvsc", digits, decoder="linear", shared_atom_norm=False, max_scale_ratio=None, **QUICK)
+    old.save(tmp_path / "model.pt")
     config, states = serialization.read(tmp_path / "model.pt")
-    del config["hyperparameters"]["max_scale_ratio"]
+    del config["hyperparameters"]["max_scale_ratio"], config["hyperparameters"]["shared_atom_norm"]
     serialization.write(tmp_path / "old.pt", config, states)
-    old = pyro_sparse.load(tmp_path / "old.pt")
-    assert old.guide.max_scale_ratio is None and old.guide.max_log_scale == 15.0
+    loaded = pyro_sparse.load(tmp_path / "old.pt")
+    assert loaded.guide.max_scale_ratio is None and loaded.guide.max_log_scale == 15.0
+    assert not loaded.model.linear_generator.shared_atom_norm
+    torch.testing.assert_close(loaded.guide.point_estimate("A"), old.guide.point_estimate("A"))
+    np.testing.assert_array_equal(loaded.transform(digits[:20]), old.transform(digits[:20]))
 
 
 def test_learned_threshold_has_the_gamma_prior_and_its_own_weight(digits):
@@ -210,12 +215,13 @@ def test_dictionary_larger_than_the_data_warns(digits):
 
 
 def test_shared_atom_norm_keeps_the_atoms_at_one_learned_norm(digits):
-    shared = pyro_sparse.train("tvsc", digits, decoder="linear", shared_atom_norm=True, **QUICK)
+    shared = pyro_sparse.train("tvsc", digits, decoder="linear", **QUICK)  # the default
     norms = shared.guide.point_estimate("A").detach().norm(dim=0)
     torch.testing.assert_close(norms, norms.mean().expand_as(norms), rtol=1e-5, atol=0)
     initial = shared.model.linear_generator.point_estimate_sites()["A"][0].norm(dim=0)
     assert abs(norms.mean() - initial.mean()) > 1e-3  # the common norm is learned
-    free = pyro_sparse.train("tvsc", digits, decoder="linear", **QUICK).guide.point_estimate("A").detach()
+    free = pyro_sparse.train("tvsc", digits, decoder="linear", shared_atom_norm=False, **QUICK)
+    free = free.guide.point_estimate("A").detach()
     assert free.norm(dim=0).std() > 1e-3
 
 

@@ -61,7 +61,7 @@ class LinearGenerator:
     estimate (:meth:`point_estimate_sites`), so the guide's Delta makes it the
     penalised MAP dictionary of the paper.
 
-    With ``shared_atom_norm`` the point estimate is restricted to atoms
+    With ``shared_atom_norm`` (the default) the point estimate is restricted to atoms
     (columns) of one common norm, learned like the rest, as the unit-norm
     columns of Olshausen & Field (1996) but with the scale still set by the
     likelihood, the code prior and κ. Under the paper's Frobenius penalty
@@ -76,12 +76,13 @@ class LinearGenerator:
     :param int num_features: G.
     :param int latent_dim: K, the number of atoms.
     :param float penalty: κ.
-    :param bool shared_atom_norm: restrict A to atoms of one common norm.
+    :param bool shared_atom_norm: restrict A to atoms of one common norm; ``False``
+        leaves each atom's norm to the Frobenius penalty (the paper's).
     """
 
     site = "A"
 
-    def __init__(self, num_features, latent_dim, penalty, shared_atom_norm=False):
+    def __init__(self, num_features, latent_dim, penalty, shared_atom_norm=True):
         if not penalty > 0:
             raise ValueError(f"dictionary_penalty must be positive, got {penalty}")
         self.num_features, self.latent_dim, self.penalty = num_features, latent_dim, float(penalty)
