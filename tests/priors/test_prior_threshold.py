@@ -56,11 +56,14 @@ def test_unused_codes_keep_a_high_threshold_and_used_ones_lower_it(tmp_path):
                                seed=0, **OPTIONS)
     learned = fitted.guide.point_estimate("prior_threshold").detach().numpy()
     zeros = (fitted.transform(X) == 0).mean(0)
-    used = zeros < 1
-    # The two factors get a code each, dense (its prior gate opened: λ_k from 1 to ~0.01); the other two codes
-    # are exactly 0 on every point and keep a shut prior gate.
-    assert used.sum() == 2 and np.all(zeros[used] < 0.01)
-    assert learned[used].max() < 0.1 * learned[~used].min()
+    weight = np.abs(fitted.W_).sum(0)
+    factors, spare = np.argsort(weight)[-2:], weight < 0.1 * weight.max()
+    # The two factors' codes are dense and opened their prior gate (λ_k from 1 to ~0.01); a code the decoder
+    # (nearly) ignores keeps its gate shut.  Whether such a code's mode is 0 depends on which side of 1/2 its
+    # gate ends, exp(-λ_k / b0) at λ_k ≈ 0.4-0.6, so it is not asserted.
+    assert spare.sum() >= 1 and not spare[factors].any()
+    assert np.all(zeros[factors] < 0.01) and learned[factors].max() < 0.05
+    assert learned[spare].min() > 0.3
     fitted.save(tmp_path / "model.pt")
     loaded = pyro_sparse.load(tmp_path / "model.pt")
     np.testing.assert_array_equal(loaded.guide.point_estimate("prior_threshold").detach().numpy(), learned)
