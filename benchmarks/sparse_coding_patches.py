@@ -291,7 +291,10 @@ def cell(records, field, spec=".3g", scale=1.0, suffix=""):
 
 
 def targets(fista_recs, runs, zero):
-    """The issue-20 targets, from the means over seeds."""
+    """
+    The issue-20 targets, from the means over seeds, for the library's default row (``thr_laplace``) and, when
+    another thresholded-Laplacian row has a lower objective, for that best row too.
+    """
     by_row = {}
     for r in runs:
         by_row.setdefault(r["row"], []).append(r)
@@ -301,30 +304,35 @@ def targets(fista_recs, runs, zero):
     out = {}
     if tl_rows and fista_obj is not None:
         best = min(tl_rows, key=mean.get)
-        recs = by_row[best]
-        recode = stats(recs, "fista_objective")[0]
-        density = stats(recs, "density")[0]
-        dead = stats(recs, "dead_atoms")[0]
-        dead_train = stats(recs, "dead_atoms_train")[0]
-        K = len(recs[0]["atom_usage"])
+        out["best thresholded-Laplacian row"] = best
+        checked = ["thr_laplace", best] if "thr_laplace" in tl_rows and best != "thr_laplace" else [best]
+        for row in checked:
+            out.update(row_targets(row, by_row[row], fista_obj, zero))
         spikes = sum(r.get("spike_rollbacks", 0) + r.get("nan_rollbacks", 0) + r.get("epoch_spikes", 0)
                      for rows in by_row.values() for r in rows)
-        out = {
-            "best thresholded-Laplacian row": best,
-            "objective <= 2x FISTA": (mean[best], 2 * fista_obj, mean[best] <= 2 * fista_obj),
-            "objective >= 30% below the zero code": (mean[best], 0.7 * zero, mean[best] <= 0.7 * zero),
-            "FISTA re-coding <= 1.2x FISTA's dictionary": (recode, 1.2 * fista_obj, recode <= 1.2 * fista_obj),
-            "code density in [1%, 20%]": (density, (0.01, 0.2), 0.01 <= density <= 0.2),
-            "dead atoms <= 10% (validation patches)": (dead, 0.1 * K, dead <= 0.1 * K),
-            "dead atoms <= 10% (training patches)": (dead_train, 0.1 * K, dead_train <= 0.1 * K),
-            "spikes / rollbacks, all rows and seeds": (spikes, 0, spikes == 0),
-        }
+        out["spikes / rollbacks, all rows and seeds"] = (spikes, 0, spikes == 0)
     order = ["thr_laplace", "spike_slab", "laplacian", "gaussian"]
     if all(mean.get(row) is not None for row in order):
         values = [mean[row] for row in order]
         out["Table 1 ordering thresholded < spike-and-slab < Laplacian < Gaussian"] = (
             values, None, all(a < b for a, b in zip(values, values[1:])))
     return out
+
+
+def row_targets(row, recs, fista_obj, zero):
+    """The per-row targets of issue 20: (measured, bound, met) by name, each name prefixed with the row."""
+    objective, recode = stats(recs, "objective")[0], stats(recs, "fista_objective")[0]
+    density, dead, dead_train = (stats(recs, field)[0] for field in ("density", "dead_atoms", "dead_atoms_train"))
+    K = len(recs[0]["atom_usage"])
+    checks = {
+        "objective <= 2x FISTA": (objective, 2 * fista_obj, objective <= 2 * fista_obj),
+        "objective >= 30% below the zero code": (objective, 0.7 * zero, objective <= 0.7 * zero),
+        "FISTA re-coding <= 1.2x FISTA's dictionary": (recode, 1.2 * fista_obj, recode <= 1.2 * fista_obj),
+        "code density in [1%, 20%]": (density, (0.01, 0.2), 0.01 <= density <= 0.2),
+        "dead atoms <= 10% (validation patches)": (dead, 0.1 * K, dead <= 0.1 * K),
+        "dead atoms <= 10% (training patches)": (dead_train, 0.1 * K, dead_train <= 0.1 * K),
+    }
+    return {f"{row}: {name}": value for name, value in checks.items()}
 
 
 def principal_directions(X, shares=(0.9, 0.95, 0.99)):
