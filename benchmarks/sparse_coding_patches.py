@@ -54,14 +54,16 @@ Columns
 ``--ssl-dgm`` checks thresholded codes inside the sparse VAE instead (issue
 20, item 5): ``train("ssl_dgm", X, latent_dim=5, latent_prior="thresholded_laplace")``
 on ``synthetic_correlated_factors`` (3 correlated factors with anchors, 30
-features, 2,000 training / 1,000 held-out points), with the prior's defaults
-(b0 = 0.1, λ0 = 0.25) and with unit-scale codes (b0 = 1, λ0 = 1: 37 %
-non-zero a priori; augmented and exact KL), and with the prior's threshold
-learned per code from λ0 = 1 (``learn_prior_threshold``), against the
-Gaussian-latent ``ssl_dgm``: the share of exact zeros in the codes (and how
-many of the 5 codes are always 0), F(W) of the decoder support (``match_factors``,
-``support_f_score``) and the held-out NLL (100 importance samples); writes
-``results/sparse_coding_patches_ssl_dgm.json`` / ``.md``.
+features, 2,000 training / 1,000 held-out points), with ``ssl_dgm``'s
+defaults for the prior (unit-scale codes, b0 = 1, the prior's threshold
+learned per code from λ0 = 1, augmented KL) and with each of them changed
+(exact KL; a fixed λ0 = 1, 37 % non-zero a priori; the prior's own patch
+defaults b0 = 0.1, λ0 = 0.25), and thresholded Gaussian codes with
+``ssl_dgm``'s defaults, against the Gaussian-latent ``ssl_dgm``: the share of
+exact zeros in the codes (and how many of the 5 codes are always 0), F(W)
+of the decoder support (``match_factors``, ``support_f_score``) and the
+held-out NLL (100 importance samples); the targets are scored on the
+default row.  Writes ``results/sparse_coding_patches_ssl_dgm.json`` / ``.md``.
 
 Writes ``results/sparse_coding_patches{tag}.json`` / ``.md`` / ``.png``
 (dictionaries of FISTA and of the thresholded Laplacian, seed of the first
@@ -435,20 +437,18 @@ def figure(path, fista_rec, tl_rec):
 
 SSL_DGM_ROWS = {
     "gaussian": ("Gaussian codes (ssl_dgm default)", {}),
-    "thresholded": ("thresholded Laplace, the prior's patch defaults (b0 = 0.1, λ0 = 0.25)",
-                    {"latent_prior": "thresholded_laplace", "kl": "augmented"}),
-    "thresholded_unit": ("thresholded Laplace, b0 = 1, λ0 = 1",
-                         {"latent_prior": "thresholded_laplace", "prior_scale": 1.0, "threshold": 1.0,
-                          "kl": "augmented"}),
-    "thresholded_unit_exact": ("thresholded Laplace, b0 = 1, λ0 = 1, exact KL",
-                               {"latent_prior": "thresholded_laplace", "prior_scale": 1.0, "threshold": 1.0,
-                                "kl": "exact"}),
-    "thresholded_learned": ("thresholded Laplace, b0 = 1, prior λ_k learned per code (from 1)",
-                            {"latent_prior": "thresholded_laplace", "prior_scale": 1.0, "threshold": 1.0,
-                             "kl": "augmented", "learn_prior_threshold": True}),
-    "thresholded_learned_exact": ("thresholded Laplace, b0 = 1, prior λ_k learned per code (from 1), exact KL",
-                                  {"latent_prior": "thresholded_laplace", "prior_scale": 1.0, "threshold": 1.0,
-                                   "kl": "exact", "learn_prior_threshold": True}),
+    "thresholded": ("thresholded Laplace, ssl_dgm's defaults (b0 = 1, prior λ_k learned per code from 1, "
+                    "augmented KL)", {"latent_prior": "thresholded_laplace"}),
+    "thresholded_exact": ("the same with the exact KL", {"latent_prior": "thresholded_laplace", "kl": "exact"}),
+    "thresholded_fixed": ("thresholded Laplace, fixed λ0 = 1 (b0 = 1, augmented KL)",
+                          {"latent_prior": "thresholded_laplace", "learn_prior_threshold": False}),
+    "thresholded_fixed_exact": ("the same with the exact KL", {"latent_prior": "thresholded_laplace",
+                                                              "learn_prior_threshold": False, "kl": "exact"}),
+    "thresholded_patch": ("thresholded Laplace, the prior's patch defaults (b0 = 0.1, fixed λ0 = 0.25), augmented KL",
+                          {"latent_prior": "thresholded_laplace", "prior_scale": 0.1, "threshold": 0.25,
+                           "learn_prior_threshold": False}),
+    "thresholded_normal": ("thresholded Gaussian, ssl_dgm's defaults (σ0 = 1, prior λ_k learned per code from 1, "
+                           "exact KL)", {"latent_prior": "thresholded_normal"}),
 }
 
 
@@ -470,7 +470,8 @@ def ssl_dgm_check(args, stem):
                              codes_off=int((zeros == 1).sum()),
                              zeros_in_used=float(zeros[zeros < 1].mean()) if (zeros < 1).any() else None,
                              prior_threshold=(fitted.guide.point_estimate("prior_threshold").detach().tolist()
-                                              if options.get("learn_prior_threshold") else None),
+                                              if fitted.config["hyperparameters"].get("learn_prior_threshold")
+                                              else None),
                              f_score=support_f_score(fitted.W_, train.support, matching),
                              nll=heldout_nll(fitted.heldout_log_likelihood(test.X, num_samples=100)),
                              seconds=time.perf_counter() - t0))
@@ -493,6 +494,13 @@ def ssl_dgm_check(args, stem):
         L.append(f"| {label} | {cell(recs, 'zeros', '.2g', 100, '%')} | {cell(recs, 'codes_off', '.2g')} | "
                  f"{cell(recs, 'zeros_in_used', '.2g', 100, '%')} | {cell(recs, 'f_score', '.3f')} | "
                  f"{cell(recs, 'nll', '.4g')} | {gap:+.2f} | {cell(recs, 'seconds', '.0f')} |")
+    default = [r for r in runs if r["row"] == "thresholded"]
+    zeros, f_score, nll = (float(np.mean([r[k] for r in default])) for k in ("zeros", "f_score", "nll"))
+    checks = [(f"exact zeros {100 * zeros:.0f} % in 30-90 %", 0.3 <= zeros <= 0.9),
+              (f"F(W) {f_score:.3f} >= 0.7", f_score >= 0.7),
+              (f"NLL {nll:.2f} <= {gaussian_nll[0]:.2f} + {gaussian_nll[1]:.2f}", nll <= sum(gaussian_nll))]
+    L.append("\nTargets on the default row (`latent_prior=\"thresholded_laplace\"` and nothing else): "
+             + "; ".join(f"{text}: {'met' if ok else 'MISSED'}" for text, ok in checks) + ".")
     for row, (label, _) in SSL_DGM_ROWS.items():
         learned = [r for r in runs if r["row"] == row and r["prior_threshold"] is not None]
         if learned:

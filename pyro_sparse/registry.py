@@ -15,8 +15,14 @@ from pyro_sparse.svi import SVIModel
 
 #: Registered models by name: the values ``train(model=...)`` accepts.
 MODELS = {
+    # Thresholded codes at unit scale, as N(0, I): W's penalty, not the codes, carries the data's scale. A
+    # per-code prior threshold (empirical Bayes) lets factor codes be dense and prunes unused ones
+    # (docs/results/tvsc.rst, "Thresholded codes in other models").
     "ssl_dgm": SVIModel(SparseDGM, "sparse VAE with a Spike-and-Slab Lasso decoder mask (Moran et al. 2022)",
-                        mask_prior="ssl"),
+                        mask_prior="ssl", prior_defaults={
+                            "thresholded_laplace": {"prior_scale": 1.0, "threshold": 1.0, "learn_prior_threshold": True,
+                                                    "kl": "augmented"},
+                            "thresholded_normal": {"prior_scale": 1.0, "threshold": 1.0, "learn_prior_threshold": True}}),
     "vae": SVIModel(VAE, "VAE / beta-VAE with a dense decoder (Kingma & Welling 2014; Higgins et al. 2017)"),
     "vsc": SVIModel(VSC, "variational sparse coding: spike-and-slab codes (Tonolini et al. 2019/2020)",
                     latent_prior="spike_slab"),

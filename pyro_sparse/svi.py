@@ -148,13 +148,17 @@ class SVIModel:
     A registry entry for a model fitted by SVI: the model class, its ELBO and
     default priors.  The guide follows from the latent prior
     (:data:`pyro_sparse.guides.GUIDES`); ``mask_prior`` is ``None`` for
-    models without a decoder mask.
+    models without a decoder mask.  ``prior_defaults`` maps a registered
+    latent prior's name to the options this model gives it where the user
+    does not (e.g. a code scale that suits the model rather than the prior's
+    own defaults).
     """
 
     def __init__(self, model, summary, latent_prior="normal", mask_prior=None, elbo=TraceMeanField_ELBO,
-                 training_defaults=None):
+                 training_defaults=None, prior_defaults=None):
         self.model, self.summary, self.elbo = model, summary, elbo
         self.latent_prior, self.mask_prior = latent_prior, mask_prior
+        self.prior_defaults = {name: dict(options) for name, options in (prior_defaults or {}).items()}
         # What ``train`` uses for its settings left at None (``lr`` and config objects).
         self.training_defaults = dict(training_defaults or {})
 
@@ -229,8 +233,9 @@ class SVIModel:
 
     def defaults(self, hyper):
         """
-        The value of every option ``hyper`` leaves out: the registry's priors and
-        the constructors' defaults, routed as :meth:`build` routes options (the
+        The value of every option ``hyper`` leaves out: the registry's priors,
+        the model's ``prior_defaults`` for the latent prior in use and the
+        constructors' defaults, routed as :meth:`build` routes options (the
         model's, then the priors', then the guide's).  A model file records them
         beside the user's, so it loads as it was trained after a default changes.
         """
@@ -240,6 +245,8 @@ class SVIModel:
         defaults = {"latent_prior": self.latent_prior}
         if self.mask_prior is not None:
             defaults["mask_prior"] = self.mask_prior
+        if isinstance(latent_prior, str):
+            defaults.update(self.prior_defaults.get(latent_prior, {}))
         for name in self.option_names(latent_prior, mask_prior):
             owner = next((cls for cls in classes if name in _parameters(cls)), None)
             default = inspect.Parameter.empty if owner is None else _parameters(owner)[name].default

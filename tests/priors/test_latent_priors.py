@@ -138,6 +138,23 @@ def test_prior_hyperparameters_reach_the_prior_and_foreign_ones_are_refused(data
         pyro_sparse.train("vae", data.X, latent_prior=dist.Laplace(0.0, 1.0), slope_start=10.0, **QUICK)
 
 
+def test_a_model_gives_a_prior_its_own_defaults_and_the_user_overrides_them(data):
+    # ssl_dgm uses unit-scale thresholded codes with a learned prior threshold;
+    # the prior's class keeps the paper's patch defaults, which tvsc uses.
+    for name, entry in registry.MODELS.items():
+        for prior, options in getattr(entry, "prior_defaults", {}).items():
+            assert set(options) <= set(entry.option_names(prior)), (name, prior)
+    ssl = pyro_sparse.train("ssl_dgm", data.X, latent_prior="thresholded_laplace", **QUICK)
+    prior = ssl.model.latent_prior
+    assert (prior.prior_scale, prior.threshold, prior.learn_prior_threshold, prior.kl) == (1.0, 1.0, True, "augmented")
+    assert ssl.config["hyperparameters"]["prior_scale"] == 1.0
+    assert ssl.guide.point_estimate("prior_threshold").shape == (QUICK["latent_dim"],)
+    mine = pyro_sparse.train("ssl_dgm", data.X, latent_prior="thresholded_laplace", prior_scale=0.5,
+                             learn_prior_threshold=False, **QUICK)
+    assert (mine.model.latent_prior.prior_scale, mine.model.latent_prior.learn_prior_threshold) == (0.5, False)
+    tvsc = pyro_sparse.train("tvsc", data.X, **QUICK).model.latent_prior
+    assert (tvsc.prior_scale, tvsc.threshold, tvsc.learn_prior_threshold) == (0.1, 0.25, False)
+
 # ---------------------------------------------------- user priors, KL paths
 def test_a_user_prior_without_a_kl_trains_by_monte_carlo_and_says_so(data, caplog):
     with caplog.at_level(logging.INFO, logger="pyro_sparse"):
