@@ -29,6 +29,7 @@ parameters learned with the model's.  Priors know nothing of the model.
 import math
 import warnings
 
+import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -106,17 +107,23 @@ class NormalPrior(LatentPrior):
     :param prior_covariance: a fixed Σ_z, or ``None``.
     :param bool learn_correlation: learn R (exclusive with ``prior_covariance``).
     :param float lkj_concentration: η > 0 of the LKJ prior of a learned R.
+    :param initial_correlation: where a learned R starts, a (K, K)
+        correlation matrix (default I), e.g. a pilot fit's
+        ``latent_correlation_``.
     """
 
     sparse_codes = False
     site = "latent_correlation"
 
-    def __init__(self, latent_dim, prior_covariance=None, learn_correlation=False, lkj_concentration=2.0):
+    def __init__(self, latent_dim, prior_covariance=None, learn_correlation=False, lkj_concentration=2.0,
+                 initial_correlation=None):
         super().__init__(latent_dim)
         if not lkj_concentration > 0:
             raise ValueError(f"lkj_concentration must be positive, got {lkj_concentration!r}")
         if learn_correlation and prior_covariance is not None:
             raise ValueError("learn_correlation and prior_covariance exclude each other: give one of them")
+        if initial_correlation is not None and not learn_correlation:
+            raise ValueError("initial_correlation is the start of a learned correlation: pass learn_correlation=True")
         if learn_correlation and latent_dim == 1:
             warnings.warn("learn_correlation with latent_dim=1: a single code has no correlation to learn",
                           stacklevel=2)
@@ -124,12 +131,15 @@ class NormalPrior(LatentPrior):
         self.lkj_concentration = float(lkj_concentration)
         self.identity_covariance = prior_covariance is None and not self.learn_correlation
         self.register_buffer("scale_tril", _cholesky(prior_covariance, latent_dim))
+        self.initial_scale_tril = _cholesky(initial_correlation, latent_dim, "initial_correlation")
+        if not torch.allclose(self.initial_scale_tril.square().sum(1), torch.ones(latent_dim), atol=1e-4):
+            raise ValueError("initial_correlation must be a correlation matrix: its diagonal must be 1")
         self._sampled_scale_tril = None
 
     def point_estimate_sites(self):
         if not self.learn_correlation:
             return {}
-        return {self.site: (torch.eye(self.latent_dim), constraints.corr_cholesky)}
+        return {self.site: (self.initial_scale_tril, constraints.corr_cholesky)}
 
     def sample_globals(self, like):
         if self.learn_correlation:
@@ -151,20 +161,21 @@ class CorrelatedNormalPrior(NormalPrior):
     correlation matrix under an LKJ(``lkj_concentration``) prior.
     """
 
-    def __init__(self, latent_dim, lkj_concentration=2.0):
-        super().__init__(latent_dim, learn_correlation=True, lkj_concentration=lkj_concentration)
+    def __init__(self, latent_dim, lkj_concentration=2.0, initial_correlation=None):
+        super().__init__(latent_dim, learn_correlation=True, lkj_concentration=lkj_concentration,
+                         initial_correlation=initial_correlation)
 
 
-def _cholesky(covariance, latent_dim):
-    """The Cholesky factor of a fixed prior covariance (identity for ``None``), after checking it."""
+def _cholesky(covariance, latent_dim, name="prior_covariance"):
+    """The Cholesky factor of a covariance option ``name`` (identity for ``None``), after checking it."""
     if covariance is None:
         return torch.eye(latent_dim)
-    covariance = torch.as_tensor(covariance, dtype=torch.float32)
+    covariance = torch.as_tensor(np.asarray(covariance, dtype=np.float32))
     if covariance.shape != (latent_dim, latent_dim):
-        raise ValueError(f"prior_covariance must be ({latent_dim}, {latent_dim}), got {tuple(covariance.shape)}")
+        raise ValueError(f"{name} must be ({latent_dim}, {latent_dim}), got {tuple(covariance.shape)}")
     scale_tril, info = torch.linalg.cholesky_ex(covariance)
-    if info != 0 or not torch.allclose(covariance, covariance.T):
-        raise ValueError("prior_covariance must be a symmetric positive definite matrix")
+    if info != 0 or not torch.allclose(covariance, covariance.T, atol=1e-6):
+        raise ValueError(f"{name} must be a symmetric positive definite matrix")
     return scale_tril
 
 
