@@ -13,19 +13,22 @@ from pyro_sparse.infer.config import Checkpointing, Optimization
 from pyro_sparse.models import OIVAE, TVSC, VAE, VSC, SparseDGM
 from pyro_sparse.svi import SVIModel
 
+# Thresholded codes at the unit scale of these models' own codes (N(0, I), VSC's slab N(0, 1)), with the prior's
+# threshold learned per code (empirical Bayes), where the prior classes keep Fallah & Rozell's patch settings
+# (b0 = 0.1) for tvsc (docs/results/tvsc.rst, "Thresholded codes inside the sparse VAE").
+UNIT_SCALE_THRESHOLDED = {
+    "thresholded_laplace": {"prior_scale": 1.0, "threshold": 1.0, "learn_prior_threshold": True, "kl": "augmented"},
+    "thresholded_normal": {"prior_scale": 1.0, "threshold": 1.0, "learn_prior_threshold": True},
+}
+
 #: Registered models by name: the values ``train(model=...)`` accepts.
 MODELS = {
-    # Thresholded codes at unit scale, as N(0, I): W's penalty, not the codes, carries the data's scale. A
-    # per-code prior threshold (empirical Bayes) lets factor codes be dense and prunes unused ones
-    # (docs/results/tvsc.rst, "Thresholded codes in other models").
     "ssl_dgm": SVIModel(SparseDGM, "sparse VAE with a Spike-and-Slab Lasso decoder mask (Moran et al. 2022)",
-                        mask_prior="ssl", prior_defaults={
-                            "thresholded_laplace": {"prior_scale": 1.0, "threshold": 1.0, "learn_prior_threshold": True,
-                                                    "kl": "augmented"},
-                            "thresholded_normal": {"prior_scale": 1.0, "threshold": 1.0, "learn_prior_threshold": True}}),
-    "vae": SVIModel(VAE, "VAE / beta-VAE with a dense decoder (Kingma & Welling 2014; Higgins et al. 2017)"),
+                        mask_prior="ssl", prior_defaults=UNIT_SCALE_THRESHOLDED),
+    "vae": SVIModel(VAE, "VAE / beta-VAE with a dense decoder (Kingma & Welling 2014; Higgins et al. 2017)",
+                    prior_defaults=UNIT_SCALE_THRESHOLDED),
     "vsc": SVIModel(VSC, "variational sparse coding: spike-and-slab codes (Tonolini et al. 2019/2020)",
-                    latent_prior="spike_slab"),
+                    latent_prior="spike_slab", prior_defaults=UNIT_SCALE_THRESHOLDED),
     # A linear dictionary learns ~100x faster than the encoder (Fallah & Rozell, Appendix D: 0.5 vs 1e-2 with
     # SGD); at train's lr = 0.01 the encoder diverges (benchmarks/results/sparse_coding_patches.md).
     "tvsc": SVIModel(TVSC, "thresholded variational sparse coding: soft-thresholded Laplace/Gaussian codes "
@@ -33,7 +36,7 @@ MODELS = {
                      training_defaults={"lr": 1e-3, "optimization": Optimization(global_lr=0.1, lr_decay=0.99),
                                         "checkpointing": Checkpointing(on_divergence="rollback", spike_factor=10.0)}),
     "oi_vae": SVIModel(OIVAE, "output-interpretable VAE: group-lasso latent-to-group maps, one generator per group "
-                       "(Ainsworth et al. 2018)"),
+                       "(Ainsworth et al. 2018)", prior_defaults=UNIT_SCALE_THRESHOLDED),
     "nmf": NMF(),
 }
 

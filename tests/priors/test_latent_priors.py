@@ -139,8 +139,8 @@ def test_prior_hyperparameters_reach_the_prior_and_foreign_ones_are_refused(data
 
 
 def test_a_model_gives_a_prior_its_own_defaults_and_the_user_overrides_them(data):
-    # ssl_dgm uses unit-scale thresholded codes with a learned prior threshold;
-    # the prior's class keeps the paper's patch defaults, which tvsc uses.
+    # ssl_dgm, vae, oi_vae and vsc use unit-scale thresholded codes with a learned
+    # prior threshold; the prior's class keeps the paper's patch defaults, which tvsc uses.
     for name, entry in registry.MODELS.items():
         for prior, options in getattr(entry, "prior_defaults", {}).items():
             assert set(options) <= set(entry.option_names(prior)), (name, prior)
@@ -152,6 +152,7 @@ def test_a_model_gives_a_prior_its_own_defaults_and_the_user_overrides_them(data
     mine = pyro_sparse.train("ssl_dgm", data.X, latent_prior="thresholded_laplace", prior_scale=0.5,
                              learn_prior_threshold=False, **QUICK)
     assert (mine.model.latent_prior.prior_scale, mine.model.latent_prior.learn_prior_threshold) == (0.5, False)
+    assert pyro_sparse.train("vae", data.X, latent_prior="thresholded_normal", **QUICK).model.latent_prior.prior_scale == 1
     tvsc = pyro_sparse.train("tvsc", data.X, **QUICK).model.latent_prior
     assert (tvsc.prior_scale, tvsc.threshold, tvsc.learn_prior_threshold) == (0.1, 0.25, False)
 
