@@ -296,7 +296,9 @@ class ThresholdedPrior(LatentPrior):
     :param float threshold: λ0 > 0; ``None`` for no threshold (plain Laplace /
         Gaussian codes).  The registered names use the paper's defaults
         (Appendix D): 0.25 with b0 = 0.1 (Laplace), 0.52 with σ0 = √0.1
-        (Gaussian), ~10% non-zero codes a priori.
+        (Gaussian), ~10% non-zero codes a priori; the models with unit-scale
+        codes of their own give other defaults (``prior_defaults`` in
+        :mod:`pyro_sparse.registry`).
     :param float prior_scale: b0 or σ0 (> 0).
     :param bool learn_prior_threshold: learn the prior's λ_k per code (global,
         MAP; the site ``"prior_threshold"``).
