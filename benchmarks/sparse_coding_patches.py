@@ -470,8 +470,7 @@ def ssl_dgm_check(args, stem):
                              codes_off=int((zeros == 1).sum()),
                              zeros_in_used=float(zeros[zeros < 1].mean()) if (zeros < 1).any() else None,
                              prior_threshold=(fitted.guide.point_estimate("prior_threshold").detach().tolist()
-                                              if fitted.config["hyperparameters"].get("learn_prior_threshold")
-                                              else None),
+                                              if fitted.model.latent_prior.learn_prior_threshold else None),
                              f_score=support_f_score(fitted.W_, train.support, matching),
                              nll=heldout_nll(fitted.heldout_log_likelihood(test.X, num_samples=100)),
                              seconds=time.perf_counter() - t0))

@@ -14,11 +14,12 @@ from pyro_sparse.models import OIVAE, TVSC, VAE, VSC, SparseDGM
 from pyro_sparse.svi import SVIModel
 
 # Thresholded codes at the unit scale of these models' own codes (N(0, I), VSC's slab N(0, 1)), with the prior's
-# threshold learned per code (empirical Bayes), where the prior classes keep Fallah & Rozell's patch settings
-# (b0 = 0.1) for tvsc (docs/results/tvsc.rst, "Thresholded codes inside the sparse VAE").
+# threshold learned per code (empirical Bayes) wherever the user's other options allow it, where the prior classes
+# keep Fallah & Rozell's patch settings (b0 = 0.1) for tvsc (docs/results/tvsc.rst, "Thresholded codes inside the
+# sparse VAE").
 UNIT_SCALE_THRESHOLDED = {
-    "thresholded_laplace": {"prior_scale": 1.0, "threshold": 1.0, "learn_prior_threshold": True, "kl": "augmented"},
-    "thresholded_normal": {"prior_scale": 1.0, "threshold": 1.0, "learn_prior_threshold": True},
+    "thresholded_laplace": {"prior_scale": 1.0, "threshold": 1.0, "learn_prior_threshold": None, "kl": "augmented"},
+    "thresholded_normal": {"prior_scale": 1.0, "threshold": 1.0, "learn_prior_threshold": None},
 }
 
 #: Registered models by name: the values ``train(model=...)`` accepts.

@@ -301,7 +301,9 @@ class ThresholdedPrior(LatentPrior):
         :mod:`pyro_sparse.registry`).
     :param float prior_scale: b0 or σ0 (> 0).
     :param bool learn_prior_threshold: learn the prior's λ_k per code (global,
-        MAP; the site ``"prior_threshold"``).
+        MAP; the site ``"prior_threshold"``); ``None``: learn it wherever it
+        applies, that is unless ``learn_threshold``, ``kl="base"`` or
+        ``threshold=None`` (the models' unit-scale defaults use this).
     :param str kl: the code KL the ELBO uses (module docstring of
         :mod:`pyro_sparse.distributions.thresholded`): ``"exact"`` (the KL of
         the thresholded laws), ``"augmented"`` (Laplace only: the KL of the
@@ -321,6 +323,8 @@ class ThresholdedPrior(LatentPrior):
         super().__init__(latent_dim)
         if base not in ("laplace", "gaussian"):
             raise ValueError(f"base must be 'laplace' or 'gaussian', got {base!r}")
+        if learn_prior_threshold is None:
+            learn_prior_threshold = not learn_threshold and kl != "base" and threshold is not None
         for name, learned in [("learn_threshold", learn_threshold), ("learn_prior_threshold", learn_prior_threshold)]:
             if threshold is None and learned:
                 raise ValueError(f"{name} needs a threshold λ0 for its Gamma prior")

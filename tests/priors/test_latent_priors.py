@@ -153,6 +153,13 @@ def test_a_model_gives_a_prior_its_own_defaults_and_the_user_overrides_them(data
                              learn_prior_threshold=False, **QUICK)
     assert (mine.model.latent_prior.prior_scale, mine.model.latent_prior.learn_prior_threshold) == (0.5, False)
     assert pyro_sparse.train("vae", data.X, latent_prior="thresholded_normal", **QUICK).model.latent_prior.prior_scale == 1
+    # The learned prior threshold gives way to the options it cannot go with, instead of refusing them.
+    for options in [dict(learn_threshold=True), dict(kl="base"), dict(threshold=None)]:
+        prior = pyro_sparse.train("vae", data.X, latent_prior="thresholded_laplace", **options, **QUICK).model.latent_prior
+        assert not prior.learn_prior_threshold, options
+    with pytest.raises(ValueError, match="exclude each other"):  # asked for both: still refused
+        pyro_sparse.train("vae", data.X, latent_prior="thresholded_laplace", learn_threshold=True,
+                          learn_prior_threshold=True, **QUICK)
     tvsc = pyro_sparse.train("tvsc", data.X, **QUICK).model.latent_prior
     assert (tvsc.prior_scale, tvsc.threshold, tvsc.learn_prior_threshold) == (0.1, 0.25, False)
 
