@@ -98,7 +98,7 @@ def fit(adata, prior, data, epochs, seed, hidden_dims, lr, lambda0):
 def evaluate(fitted, prior, data, adata, seconds):
     num_sets = data.annotation.shape[1]
     true = data.support[:, :num_sets]
-    included = fitted.inclusion_probs_ > 0.5
+    included = fitted.support_
     result = {"prior": prior, "seconds": seconds, "loss": fitted.history_["train_loss"][-1],
               "f_annotation": f_score(data.annotation, true)}
     if prior != "gene_sets":

@@ -133,7 +133,7 @@ def score_synthetic(fitted, test):
     }
     if "W" in fitted.guide.unconstrained:
         result.update(
-            w_support_f=evaluation.support_f_score(fitted.inclusion_probs_ > 0.5, test.support, matching),
+            w_support_f=evaluation.support_f_score(fitted.support_, test.support, matching),
             w_support_f_zeros=evaluation.support_f_score(fitted.W_, test.support, matching),
             W=fitted.W_.round(3).tolist(),
         )

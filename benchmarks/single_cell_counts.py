@@ -153,7 +153,7 @@ def run_models(adata, labels, train, test, args):
     stability = {}
     for model, runs in fits.items():
         if len(runs) > 1:
-            supports = [f.inclusion_probs_ > 0.5 for f, _ in runs] if MODELS[model][0] == "ssl_dgm" else None
+            supports = [f.support_ for f, _ in runs] if MODELS[model][0] == "ssl_dgm" else None
             result = code_stability([codes for _, codes in runs], supports)
             stability[model] = {"codes": result.code_correlation, "supports": result.support_jaccard}
     top = fits["ssl_dgm"][0][0].top_features(8)

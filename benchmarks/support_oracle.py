@@ -160,7 +160,7 @@ def run(job):
     fitted, seconds = fit_synthetic("ssl_dgm", train.X, 0, epochs, {**hyper, **options}, latent_dim, likelihood)
     seconds += first_seconds
     z = fitted.transform(test.X, kind="mean")
-    included = fitted.inclusion_probs_ > 0.5
+    included = fitted.support_
     return {
         "variant": variant, "generator": generator, "level": level, "data_seed": data_seed, "epochs": epochs,
         "loss": fitted.history_["train_loss"][-1],

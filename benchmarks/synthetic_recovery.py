@@ -129,7 +129,7 @@ def run(job):
     if likelihood == "gaussian":
         result["mse"] = evaluation.mse(test.X, fitted.reconstruct(test.X))
     if "W" in fitted.guide.unconstrained:
-        included = fitted.inclusion_probs_ > 0.5
+        included = fitted.support_
         magnitudes = magnitude_columns(z, test.z, included, matching)
         merged = included.copy()
         for column, factor in magnitudes.items():

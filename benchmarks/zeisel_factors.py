@@ -61,7 +61,7 @@ def factor_genes(fitted, X, codes):
     """Each active factor's ``TOP_GENES`` genes: by |W_jk| for a mask, else by |corr(code, gene)|."""
     if "W" in fitted.guide.unconstrained:
         W = np.abs(fitted.W_)
-        return [np.argsort(-W[:, k])[:TOP_GENES] for k in fitted.active_factors_ if W[:, k].any()]
+        return [np.argsort(-W[:, k])[:TOP_GENES] for k in fitted.active_factors_]
     return correlated_genes(X, codes)
 
 
@@ -91,7 +91,7 @@ def run(job):
     fitted = pyro_sparse.train(model, data.X, latent_dim=15, hidden_dims=(100, 100, 100), batch_size=512, lr=0.01,
                                max_epochs=epochs, seed=seed, progress=False, device="cpu", **hyper)
     codes = fitted.transform(data.X, kind="mean")
-    support = (fitted.inclusion_probs_ > 0.5).tolist() if "W" in fitted.guide.unconstrained else None
+    support = fitted.support_.tolist() if "W" in fitted.guide.unconstrained else None
     return {"label": label, "seed": seed, "epochs": epochs, "seconds": time.process_time() - start,
             "codes": codes.tolist(), "support": support,
             "factor_genes": [g.tolist() for g in factor_genes(fitted, data.X, codes)]}

@@ -31,7 +31,7 @@ np.set_printoptions(precision=2, suppress=True)
 print("W (features x factors), exact zeros where a feature does not use a factor:")
 print(sparse.W_)
 print("eta, the share of features each factor uses:", sparse.eta_)
-print("factors in use:", int((np.abs(sparse.W_).sum(0) > 0).sum()), "of", sparse.W_.shape[1])
+print("factors in use:", len(sparse.active_factors_), "of", sparse.W_.shape[1])
 
 # --- the VAE baseline: the same network, likelihood and training settings.
 dense = pyro_sparse.train("vae", train.X, hidden_dims=(50, 50, 50), **settings)

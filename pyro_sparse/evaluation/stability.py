@@ -93,8 +93,8 @@ def factor_stability(fits, X):
     """
     :class:`FactorStability` of fitted models (e.g. one per seed) on data
     ``X``: their posterior-mean codes of X, and, where they have a decoder
-    mask, its support (E[γ] > 0.5 where the prior gives inclusion
-    probabilities, else the non-zero entries of W).
+    mask, its support (``support_``: the non-zero entries of W, with
+    E[γ] > 0.5 where the prior gives inclusion probabilities).
     """
     codes = [fit.transform(X, kind="mean") for fit in fits]
     supports = [_support(fit) for fit in fits]
@@ -105,11 +105,8 @@ def factor_stability(fits, X):
 
 def _support(fit):
     try:
-        return fit.inclusion_probs_ > 0.5
+        return fit.support_
     except AttributeError:
         pass
-    try:
-        W = fit.W_
-    except AttributeError:
-        return None
-    return W != 0 if W.ndim == 2 else None
+    W = getattr(fit, "W_", None)  # loadings without a prior's inclusion probabilities (NMF)
+    return W != 0 if W is not None and W.ndim == 2 else None

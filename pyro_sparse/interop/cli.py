@@ -122,8 +122,8 @@ def _describe(fitted, names, heldout):
     lines = []
     W = _mask(fitted)
     if W is not None:
-        active = np.flatnonzero(np.abs(W).sum(0) > 0)
-        lines.append(f"factors in use: {len(active)} of {W.shape[1]} (columns of W not exactly zero)")
+        lines.append(f"factors in use: {len(fitted.active_factors_)} of {W.shape[1]} (columns of W with a feature "
+                     f"in the support)")
         if _has_ssl_prior(fitted):
             lines.append(f"eta (share of features per factor): {np.array2string(fitted.eta_, precision=3)}")
         if W.shape[0] <= 30:
@@ -142,7 +142,7 @@ def _describe(fitted, names, heldout):
         lines.append(f"DCI disentanglement vs true factors: {evaluation.dci_disentanglement(z, heldout.z):.3f}")
         if W is not None:
             matching = evaluation.match_factors(z, heldout.z)
-            score = evaluation.support_f_score(fitted.W_, heldout.support, matching)
+            score = evaluation.support_f_score(fitted.support_, heldout.support, matching)
             lines.append(f"F-score of the support of W vs the truth: {score:.3f}")
     return lines
 

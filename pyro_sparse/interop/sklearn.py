@@ -210,7 +210,7 @@ class SparseVAE(SVIEstimator):
     a dict forwarded to ``train``.
 
     Learned attributes: ``fitted_`` (the :class:`~pyro_sparse.fitted.FittedModel`),
-    ``W_`` (G, K), ``inclusion_probs_`` (G, K), ``eta_`` (K,), ``history_``,
+    ``W_`` (G, K), ``inclusion_probs_`` (G, K), ``support_`` (G, K), ``eta_`` (K,), ``history_``,
     ``n_features_in_``.
     """
 
@@ -218,6 +218,7 @@ class SparseVAE(SVIEstimator):
 
     W_ = _fitted_property("W_", "The decoder mask W, (G, K); entries in the spike are exactly 0.")
     inclusion_probs_ = _fitted_property("inclusion_probs_", "E[γ_jk | w_jk, η_k] (Eq. 57), (G, K).")
+    support_ = _fitted_property("support_", "Estimated support of W, (G, K): non-zero entries with E[γ_jk] > 0.5.")
     eta_ = _fitted_property("eta_", "η_k, the share of features each factor is expected to use, (K,).")
 
     def __init__(

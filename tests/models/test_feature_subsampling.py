@@ -166,7 +166,7 @@ def fit_synthetic(feature_subsample_size, max_epochs):
     )
     z = fitted.transform(test.X)
     matching = evaluation.match_factors(z, test.z)
-    score = evaluation.support_f_score(fitted.inclusion_probs_ > 0.5, test.support, matching)
+    score = evaluation.support_f_score(fitted.support_, test.support, matching)
     return fitted, test, score
 
 

@@ -29,7 +29,7 @@ def test_anchor_features_load_on_their_own_factor_only(fit):
     fitted, test = fit
     z = fitted.transform(test.X)
     matching = evaluation.match_factors(z, test.z)
-    included = fitted.inclusion_probs_ > 0.5
+    included = fitted.support_
     assert evaluation.support_f_score(included, test.support, matching) >= 0.75
     z1, z2 = matching
     # The anchors of each factor are in the slab of its column.

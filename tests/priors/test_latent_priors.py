@@ -103,7 +103,7 @@ def test_sparse_mapping_and_sparse_codes_together_recover_the_support():
         "ssl_dgm", truth.X, latent_prior="spike_slab", alpha=0.5,
         **{**QUICK, "latent_dim": 2, "hidden_dims": (20, 20), "max_epochs": 60},
     )
-    support = fitted.inclusion_probs_ > 0.5
+    support = fitted.support_
     # Factors are found up to order: match columns by overlap with the truth.
     if (support == truth.support[:, ::-1]).sum() > (support == truth.support).sum():
         support = support[:, ::-1]
