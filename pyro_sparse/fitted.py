@@ -91,10 +91,10 @@ class FittedModel:
         Codes of X, shape (N, K): ``kind="mode"`` the posterior mode per
         coordinate (for sparse-latent models exactly 0 where the spike is more
         probable than the slab), ``kind="mean"`` the posterior mean E_q[z | x].
-        For Gaussian posteriors the two coincide.  Factors outside
-        :attr:`active_factors_` (no feature in their column of
-        :attr:`support_`) read 0 whatever their posterior says: under a
-        correlated prior that posterior merely copies the active codes.
+        For Gaussian posteriors the two coincide.  Factors the decoder does not
+        use (not in :attr:`active_factors_`: their column of W is exactly 0)
+        read 0 whatever their posterior says: under a correlated prior that
+        posterior merely copies the active codes.
         """
         if kind not in ("mode", "mean"):
             raise ValueError(f"kind must be 'mode' or 'mean', got {kind!r}")
@@ -108,15 +108,16 @@ class FittedModel:
     @property
     def active_factors_(self):
         """
-        Indices of the factors the decoder uses: those with at least one
-        feature in :attr:`support_` (for ``oi_vae`` a non-zero column of W in
-        any group), all K for models without a mask.
+        Indices of the factors the decoder uses: those with a non-zero column
+        of the decoder mask W (``ssl_dgm``; for ``oi_vae`` a non-zero column
+        in any group), all K for models without a mask.  Not the columns of
+        :attr:`support_`: a column whose entries all have E[γ_jk] < ½ can
+        still carry large weights the decoder reads (docs: Results, synthetic).
         """
         if "W" not in self.guide.unconstrained:
             return np.arange(self.config["latent_dim"])
-        if self.W_.ndim == 3:
-            return np.flatnonzero(np.abs(self.W_).sum((0, 2)) > 0)
-        return np.flatnonzero(self.support_.any(0))
+        W = np.abs(self.W_)
+        return np.flatnonzero(W.sum(0) > 0 if W.ndim == 2 else W.sum((0, 2)) > 0)
 
     @property
     def support_(self):

@@ -122,8 +122,7 @@ def _describe(fitted, names, heldout):
     lines = []
     W = _mask(fitted)
     if W is not None:
-        lines.append(f"factors in use: {len(fitted.active_factors_)} of {W.shape[1]} (columns of W with a feature "
-                     f"in the support)")
+        lines.append(f"factors in use: {len(fitted.active_factors_)} of {W.shape[1]} (columns of W not exactly zero)")
         if _has_ssl_prior(fitted):
             lines.append(f"eta (share of features per factor): {np.array2string(fitted.eta_, precision=3)}")
         if W.shape[0] <= 30:
