@@ -225,10 +225,7 @@ class GeneSetPrior(SpikeSlabLassoPrior):
         """E-step (Eq. 57) with the per-entry θ, then Algorithm 1's η update for the free factors only."""
         w = mask.detach().double()
         probs = self._ssl(w).inclusion_probability(w)
-        free = probs[:, self.num_sets:]
-        new_eta = (free.sum(0) + self.a - 1) / (self.a + self.b + self.num_features - 2)
-        tiny = torch.finfo(self.eta.dtype).tiny
-        self.eta[self.num_sets:] = new_eta.clamp(tiny, 1 - 1e-6)
+        self.eta[self.num_sets:] = self._eta_update(probs[:, self.num_sets:])
         self.inclusion_probs.copy_(probs)
 
     def changes(self, support_probability, fdr=None):

@@ -143,10 +143,18 @@ class SpikeSlabLassoPrior(SitePrior):
         """E-step (Eq. 57) then the closed-form η update of Algorithm 1."""
         w = mask.detach().double()
         probs = self._ssl(w).inclusion_probability(w)
-        new_eta = (probs.sum(0) + self.a - 1) / (self.a + self.b + self.num_features - 2)
-        tiny = torch.finfo(self.eta.dtype).tiny
-        self.eta.copy_(new_eta.clamp(tiny, 1 - 1e-6))
+        self.eta.copy_(self._eta_update(probs))
         self.inclusion_probs.copy_(probs)
+
+    def _eta_update(self, probs):
+        """
+        η_k = (Σ_j E[γ_jk] + a - 1) / (a + b + G - 2), kept in (0, 1).  ``a - 1``
+        is added as one number: Σ_j E[γ_jk] + a - 1 rounds sums below 1e-16 to
+        0 when a = 1, and η_k could then never leave its floor however large the
+        column's weights grow.
+        """
+        new_eta = (probs.sum(0) + (self.a - 1)) / (self.a + self.b + self.num_features - 2)
+        return new_eta.clamp(torch.finfo(self.eta.dtype).tiny, 1 - 1e-6)
 
     @torch.no_grad()
     def before_step(self, mask):

@@ -135,6 +135,23 @@ def test_eta_never_zero_when_probs_underflow():
     assert (prior.eta > 0).all() and torch.isfinite(prior.eta).all()
 
 
+def test_eta_leaves_its_floor_when_the_column_grows():
+    # A column switched off (eta at the float32 floor) whose weights the data
+    # then raise: each E-step multiplies eta by about sum_j psi1/psi0 /
+    # (a + b + G - 2) (here 5 e^9 / 10 / 99, ~40), so it must climb back.
+    # Sum(E[gamma]) + a - 1 evaluated left to right rounds to 0 at a = 1.
+    G = 50
+    prior = SpikeSlabLassoPrior(G, 2, lambda0=10.0, lambda1=1.0)
+    floor = torch.finfo(torch.float32).tiny
+    prior.eta.fill_(floor)
+    mask = torch.zeros(G, 2)
+    mask[:5, 0] = 1.0
+    for _ in range(30):
+        prior.update(mask)
+    assert prior.eta[0].item() > 0.01 and (prior.inclusion_probs[:5, 0] > 0.5).all()
+    assert prior.eta[1].item() == pytest.approx(floor, rel=1e-6)  # an empty column stays off
+
+
 def test_eta_clamped_when_a_below_one():
     # With a < 1 the formula goes negative for an empty column.
     prior = SpikeSlabLassoPrior(10, 2, lambda0=500.0, lambda1=1.0, a=0.5, b=1.0)
