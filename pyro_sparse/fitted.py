@@ -112,7 +112,7 @@ class FittedModel:
         of the decoder mask W (``ssl_dgm``; for ``oi_vae`` a non-zero column
         in any group), all K for models without a mask.  Not the columns of
         :attr:`support_`: a column whose entries all have E[γ_jk] < ½ can
-        still carry large weights the decoder reads (docs: Results, synthetic).
+        still carry weights of 0.4 and more that the decoder reads (docs: Results, synthetic).
         """
         if "W" not in self.guide.unconstrained:
             return np.arange(self.config["latent_dim"])
@@ -125,8 +125,7 @@ class FittedModel:
         The estimated support of the decoder mask, (G, K) boolean: the
         non-zero entries of W and, where the mask prior gives inclusion
         probabilities, only those with E[γ_jk] > ½ (the support the papers'
-        F-score reads).  An entry the prior puts in its spike is noise by the
-        model's own account, however small but non-zero its weight.
+        F-score reads).
         """
         W = self.W_
         if W.ndim != 2:
