@@ -45,7 +45,7 @@ class SelectedSpikeAndSlab(TorchDistribution):
 
     @property
     def mixture_weights(self):
-        return self.weights / self.weights.sum(-1, keepdim=True).clamp_min(1e-12)
+        return self.weights / self.weights.sum(-1, keepdim=True).clamp_min(torch.finfo(self.weights.dtype).tiny)
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(SelectedSpikeAndSlab, _instance)

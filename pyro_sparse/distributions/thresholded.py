@@ -73,6 +73,7 @@ from torch.distributions.kl import kl_divergence, register_kl
 from torch.distributions.utils import broadcast_all, lazy_property
 
 from pyro_sparse.distributions.spike_and_slab import ndtr, spike_and_slab_cdf, spike_and_slab_icdf
+from pyro_sparse.distributions.spike_slab_lasso import _log1mexp
 
 #: Gradient estimators of :meth:`ThresholdedDistribution.rsample`.
 ESTIMATORS = ("jump", "straight_through", "subgradient")
@@ -350,7 +351,7 @@ class ThresholdedLaplace(ThresholdedDistribution):
         return -ratio
 
     def _log_spike_mass(self, ratio):
-        return torch.log(-torch.expm1(-ratio))
+        return _log1mexp(-ratio)
 
     def _log_slab_density(self, value, loc, scale, threshold):
         # Written out rather than as log γ + Laplace.log_prob: one expression,
@@ -427,7 +428,9 @@ class ThresholdedNormal(ThresholdedDistribution):
         return math.log(2.0) + torch.special.log_ndtr(-ratio)
 
     def _log_spike_mass(self, ratio):
-        return torch.log(torch.special.erf(ratio * _SQRT_HALF))
+        # log erf(t/√2) rounds to 0 once γ = erfc(t/√2) is below the float's epsilon; log1p(-γ) keeps it.
+        scaled = ratio * _SQRT_HALF
+        return torch.where(ratio > 1, torch.log1p(-torch.special.erfc(scaled)), torch.log(torch.special.erf(scaled)))
 
     def _log_slab_density(self, value, loc, scale, threshold):
         shifted = ((value - loc).abs() + threshold) / scale

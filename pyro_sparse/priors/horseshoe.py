@@ -1,5 +1,7 @@
 """The horseshoe prior of the decoder mask W (Moran et al. 2022, Appendix C.4.1) with closed-form updates."""
 
+import math
+
 import pyro.distributions as dist
 import torch
 
@@ -43,15 +45,14 @@ class HorseshoePrior(SitePrior):
     λ_local → λ_local/s the prior of W is unchanged (it depends on τv only)
     while log p grows like (GK - 3(K + 1)/2)·log(1/s), so the sweeps drive
     τ → 0 and v → ∞ geometrically (by ~40% a sweep on the paper's synthetic
-    data) while the products τ_jk v_k converge.  Stored as they are, τ
-    underflows within a few hundred steps, after which every τ_jk sits at the
-    same floor and the prior loses its local (per-entry) shrinkage.  So this
-    class stores the sweep exactly in rescaled coordinates: buffers
-    ``tau`` = τ/s, ``v`` = v·s, ``lambda_local`` = λ_local·s (renormalised to
-    1 after each sweep) and ``log_scale`` = log s, in which Eq. 67-70 read the
-    same except that 1/λ_global and 1/b_local² carry a factor s and Σ 1/v_k a
-    factor s.  As s → 0 those terms vanish, as they do in the paper's
-    updates.
+    data) while the products τ_jk v_k converge; in a column with few
+    non-zero entries v_k → 0 and τ_jk → ∞ instead.  Stored as they are, τ
+    and v leave the floating-point range within a few hundred steps (and
+    then every τ_jk sits at the same floor, or τ_jk v_k reads inf), so this
+    class keeps their logarithms in float64 (``log_tau``, ``log_v``,
+    ``log_lambda_local``, ``log_lambda_global``) and runs Eq. 67-70 in log
+    space with logsumexp: the same sweep, and τ_jk v_k exact however far
+    τ and v drift.
 
     As for :class:`SpikeSlabLassoPrior`, the Gaussian term -log N(w; 0, τv)
     enters W by a proximal step in the optimizer's metric rather than by its
@@ -73,38 +74,44 @@ class HorseshoePrior(SitePrior):
             raise ValueError(f"b_local and b_global must be positive, got {b_local}, {b_global}")
         self.num_features, self.latent_dim = num_features, latent_dim
         self.b_local, self.b_global = float(b_local), float(b_global)
-        self.register_buffer("tau", torch.ones(num_features, latent_dim))
-        self.register_buffer("v", torch.ones(latent_dim))
-        self.register_buffer("lambda_local", torch.ones(()))
-        self.register_buffer("lambda_global", torch.ones(()))
-        self.register_buffer("log_scale", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("log_tau", torch.zeros(num_features, latent_dim, dtype=torch.float64))
+        self.register_buffer("log_v", torch.zeros(latent_dim, dtype=torch.float64))
+        self.register_buffer("log_lambda_local", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("log_lambda_global", torch.zeros((), dtype=torch.float64))
 
     def prior_variance(self):
-        """τ_jk v_k, the variance of w_jk, (G, K)."""
-        finfo = torch.finfo(self.tau.dtype)
-        return (self.tau * self.v).clamp(finfo.tiny, finfo.max)
+        """τ_jk v_k, the variance of w_jk, (G, K), in float32's range."""
+        finfo = torch.finfo(torch.float32)
+        return (self.log_tau + self.log_v).exp().clamp(finfo.tiny, finfo.max).float()
 
     def distribution(self):
         """The prior of W given τ and v as a Pyro distribution with event shape (G, K)."""
-        return dist.Normal(torch.zeros_like(self.tau), self.prior_variance().sqrt()).to_event(2)
+        variance = self.prior_variance()
+        return dist.Normal(torch.zeros_like(variance), variance.sqrt()).to_event(2)
 
     @torch.no_grad()
     def update(self, mask):
-        """One sweep of Eq. 67-70 in that order, each using the newest values, then rescaling."""
-        finfo = torch.finfo(self.tau.dtype)
-        w2 = mask.detach().double() ** 2
-        G, K = w2.shape
-        s = self.log_scale.exp()
-        tau = 0.5 * (w2 / (2 * self.v.double()) + 1 / self.lambda_local.double())
-        v = (2 / (G + 3) * ((w2 / (2 * tau)).sum(0) + s / self.lambda_global.double())).clamp_min(finfo.tiny)
-        lambda_local = 2 / (G * K + 3) * ((1 / tau).sum() + s / self.b_local**2)
-        lambda_global = 2 / (K + 3) * (s * (1 / v).sum() + 1 / self.b_global**2)
-        # Rescale so that lambda_local = 1: the drift goes into log_scale only.
-        self.tau.copy_(tau * lambda_local)
-        self.v.copy_((v / lambda_local).clamp_min(finfo.tiny))
-        self.lambda_local.fill_(1.0)
-        self.lambda_global.copy_(lambda_global)
-        self.log_scale.sub_(lambda_local.log())
+        """One sweep of Eq. 67-70 in that order, each using the newest values, in log space."""
+        log_w2 = (mask.detach().double() ** 2).log()  # -inf where w = 0: logaddexp drops that term
+        G, K = log_w2.shape
+        half_log_w2 = log_w2 - math.log(2)
+        self.log_tau.copy_(math.log(0.5) + torch.logaddexp(half_log_w2 - self.log_v, -self.log_lambda_local))
+        self.log_v.copy_(math.log(2 / (G + 3)) + torch.logaddexp(
+            torch.logsumexp(half_log_w2 - self.log_tau, 0), -self.log_lambda_global))
+        self.log_lambda_local.copy_(math.log(2 / (G * K + 3)) + torch.logaddexp(
+            torch.logsumexp(-self.log_tau.flatten(), 0), self.log_lambda_local.new_tensor(-2 * math.log(self.b_local))))
+        self.log_lambda_global.copy_(math.log(2 / (K + 3)) + torch.logaddexp(
+            torch.logsumexp(-self.log_v, 0), self.log_lambda_global.new_tensor(-2 * math.log(self.b_global))))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Model files of the earlier layout kept τ/s, v·s, λ_local·s and log s (s a common rescaling), not logs.
+        if prefix + "tau" in state_dict:
+            log_scale = state_dict.pop(prefix + "log_scale").double()
+            state_dict[prefix + "log_tau"] = state_dict.pop(prefix + "tau").double().log() + log_scale
+            state_dict[prefix + "log_v"] = state_dict.pop(prefix + "v").double().log() - log_scale
+            state_dict[prefix + "log_lambda_local"] = state_dict.pop(prefix + "lambda_local").double().log() - log_scale
+            state_dict[prefix + "log_lambda_global"] = state_dict.pop(prefix + "lambda_global").double().log()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @torch.no_grad()
     def before_step(self, mask):

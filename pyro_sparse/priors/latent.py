@@ -241,7 +241,10 @@ class PseudoInputPrior(SpikeSlabPrior):
         # Supplement A.3: u* = sigmoid(a (u / Σu - b)), u = ReLU(linear(x)).
         scores = self.selection(x)
         scores = scores / scores.sum(-1, keepdim=True).clamp_min(1e-12)
-        weights = torch.sigmoid(self.selection_sharpness * (scores - self.selection_threshold))
+        log_weights = nn.functional.logsigmoid(self.selection_sharpness * (scores - self.selection_threshold))
+        # The mixture uses u* / Σu*, unchanged by a common factor: rescaled so that the largest is 1, the
+        # weights cannot all underflow (all scores 0 give u* = sigmoid(-a b) ≈ 1e-13 each at the defaults).
+        weights = (log_weights - log_weights.amax(-1, keepdim=True)).exp()
         encoded = self._encode(self._to_inputs(self.pseudo_inputs)).base_dist
         # The recognition model may give γ = 1 exactly (log γ = -ReLU(-v)); a
         # prior component without an atom would make the KL from any posterior

@@ -54,6 +54,34 @@ def test_log_prob_is_a_normalised_mixture_density():
     assert mass.item() == pytest.approx(1.0, abs=1e-3)
 
 
+@pytest.mark.parametrize("scale", [1e-13, 1e-30])
+def test_tiny_selection_weights_still_give_a_proper_mixture(scale):
+    # Only the weights' ratios count: a common tiny factor must not shrink the mixture (nor its KL).
+    components = SpikeAndSlab(torch.full((3, 2), 0.5), torch.randn(3, 2), torch.ones(3, 2))
+    weights = torch.tensor([[1.0, 2.0, 5.0]])
+    tiny, plain = SelectedSpikeAndSlab(weights * scale, components), SelectedSpikeAndSlab(weights, components)
+    z = torch.randn(4, 1, 2)
+    torch.testing.assert_close(tiny.log_prob(z), plain.log_prob(z))
+    torch.testing.assert_close(kl_divergence(posterior(batch=1, latent=2), tiny),
+                               kl_divergence(posterior(batch=1, latent=2), plain))
+
+
+def test_pseudo_input_prior_is_uniform_when_no_selection_score_is_positive():
+    # All ReLU scores 0 give every u* = sigmoid(-a b): at a = 70 that is ~6e-16 each, and the mixture must
+    # still be the uniform one, not a density that integrates to less than 1.
+    from pyro_sparse.priors.latent import PseudoInputPrior
+
+    prior = PseudoInputPrior(6, 2, num_pseudo_inputs=20, selection_sharpness=70.0)
+    fitted = pyro_sparse.train("vsc", np.random.default_rng(0).normal(size=(40, 6)).astype("float32"),
+                               latent_dim=2, latent_prior="pseudo_inputs", max_epochs=1, batch_size=40, progress=False)
+    prior.attach_guide(fitted.guide)
+    with torch.no_grad():
+        prior.selection[0].weight.zero_()
+        prior.selection[0].bias.fill_(-1.0)
+    mixture = prior.distribution(torch.randn(3, 6)).mixture_weights
+    torch.testing.assert_close(mixture, torch.full((3, 20), 1 / 20))
+
+
 def test_shape_errors_are_named():
     with pytest.raises(ValueError, match="batch shape"):
         SelectedSpikeAndSlab(torch.ones(3, 5), SpikeAndSlab(torch.full((4, 2), 0.5), 0.0, 1.0))

@@ -468,3 +468,14 @@ def test_expand_keeps_estimator_kl_objective_and_base(cls, estimator):
     assert e.estimator == estimator and e.kl_objective == "base"
     assert e.base_dist.batch_shape == (4, 2)
     assert torch.equal(e.gate, d.gate.expand(4, 2))
+
+
+@pytest.mark.parametrize("cls,threshold", [(ThresholdedLaplace, 25.0), (ThresholdedNormal, 7.0)], ids=FAMILY_IDS)
+def test_spike_mass_keeps_its_precision_when_the_gate_is_below_epsilon(cls, threshold):
+    # log(1 - γ) with γ ~ 1e-11 (Laplace e^-25, Normal erfc(7/√2)), far below float32's epsilon: written as
+    # log(erf(.)) or log(-expm1(.)) it rounds to 0, and the spike's KL term then vanishes or turns negative.
+    gate = laplace_gate(0.0, 1.0, threshold) if cls is ThresholdedLaplace else normal_gate(0.0, 1.0, threshold)
+    d = cls(torch.tensor(0.0), torch.tensor(1.0), torch.tensor(threshold))
+    assert d.log_prob(torch.tensor(0.0)).item() == pytest.approx(math.log1p(-gate), rel=1e-5)
+    p = cls(torch.tensor(0.0), torch.tensor(1.0), torch.tensor(threshold - 1.0))
+    assert kl_divergence(d, p).item() > 0
