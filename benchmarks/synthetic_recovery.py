@@ -42,6 +42,7 @@ tables (mean ± sd) and each target of issue 18, met or not.
 
     python benchmarks/synthetic_recovery.py --generator eq9 --seeds 5
     python benchmarks/synthetic_recovery.py --generator correlated --seeds 5
+    python benchmarks/synthetic_recovery.py --generator correlated --seeds 2 --first-seed 3   # data seeds 3-4
 """
 
 import argparse
@@ -314,6 +315,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--generator", choices=sorted(SETTINGS), default="eq9")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="data seeds first_seed ... first_seed + seeds - 1 (to extend an earlier run)")
     parser.add_argument("--epochs", type=int, default=None, help="default: 200 (eq9), 300 (correlated)")
     parser.add_argument("--models", default=";".join(MODELS), help="semicolon-separated labels of MODELS")
     parser.add_argument("--levels", default=None, help="comma-separated correlation levels; default: the generator's")
@@ -336,7 +339,7 @@ def main():
     jobs = [(label, args.generator, level, likelihood, data_seed, data_seed * restarts + restart, args.epochs)
             for likelihood in likelihoods for level in levels for label in labels
             for restarts in [args.restarts if label in multiple else 1]
-            for data_seed in range(args.seeds) for restart in range(restarts)]
+            for data_seed in range(args.first_seed, args.first_seed + args.seeds) for restart in range(restarts)]
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(run, jobs))
     restarted = [label for label in RESTARTED if label in labels]
@@ -357,7 +360,9 @@ def main():
         # Eq. 9: across data seeds on shared points; the second generator: between the restarts of a data seed.
         runs = restarts if key[0] in repeated and args.generator != "eq9" else results
         cells[key] = stability([r for r in runs if (r["label"], r["level"], r["likelihood"]) == key])
-    lines = [f"# Synthetic recovery: `{args.generator}` ({args.seeds} seeds, {args.epochs} epochs, levels "
+    last = args.first_seed + args.seeds - 1
+    seeds = f"data seeds {args.first_seed}-{last}" if args.first_seed else f"{args.seeds} seeds"
+    lines = [f"# Synthetic recovery: `{args.generator}` ({seeds}, {args.epochs} epochs, levels "
              f"{', '.join(map(str, levels))}, {' and '.join(likelihoods)})", "", table(results, cells)]
     for model, label in candidates.items():
         targets = (targets_eq9(results, label) if args.generator == "eq9"
