@@ -128,6 +128,15 @@ def test_sparse_coding_patches_quick(tmp_path):
     assert results["wall_seconds"] < 120
 
 
+def test_sparse_coding_patches_ssl_dgm_smoke(tmp_path):
+    # Every row of the --ssl-dgm check (Gaussian codes, whose prior has no threshold, among them) runs to a report.
+    run_script("sparse_coding_patches.py", "--ssl-dgm", "--epochs", "1", "--seeds", "0", "--out", str(tmp_path))
+    results = check_outputs(str(tmp_path / "sparse_coding_patches_ssl_dgm"), [])
+    runs = {run["row"]: run for run in results["runs"]}
+    assert runs["gaussian"]["prior_threshold"] is None and runs["thresholded"]["prior_threshold"] is not None
+    assert all(math.isfinite(run["nll"]) and 0 <= run["zeros"] <= 1 for run in runs.values()), runs
+
+
 def test_vsc_classification_smoke(tmp_path):
     run_script(
         "vsc_classification.py", "--parts", "classification", "--sizes", "4", "--seeds", "1", "--first-seed", "1",
