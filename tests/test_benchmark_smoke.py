@@ -137,6 +137,31 @@ def test_sparse_coding_patches_ssl_dgm_smoke(tmp_path):
     assert all(math.isfinite(run["nll"]) and 0 <= run["zeros"] <= 1 for run in runs.values()), runs
 
 
+def test_single_cell_counts_quick(tmp_path):
+    run_script("single_cell_counts.py", "--quick", "--out", str(tmp_path))
+    results = check_outputs(str(tmp_path / "single_cell_counts_citeseq_quick"), [])
+    assert [row["likelihood"] for row in results["likelihoods"]] == ["poisson", "negative_binomial", "zinb"]
+    assert all(math.isfinite(row["heldout_ll"]) for row in results["likelihoods"])
+    assert {row["model"] for row in results["models"]} >= {"vae", "ssl_dgm"}
+    assert all(0 <= row["accuracy"] <= 1 for row in results["models"])
+    assert {(row["model"], row["batch_key"]) for row in results["batch"]} == {
+        (model, key) for model in ("vae", "ssl_dgm") for key in (None, "batch")}
+
+
+def test_posterior_checks_smoke(tmp_path):
+    run_script("posterior_checks.py", "--epochs", "2", "--short-epochs", "1", "--draws", "5", "--khat-draws", "20",
+               "--out", str(tmp_path))
+    results = check_outputs(str(tmp_path / "posterior_checks"), [str(tmp_path / "ppc.png")])
+    assert len(results["ssl_dgm"]) == 2 and set(results["zero_fraction"]) == {"bernoulli", "gaussian"}
+
+
+def test_tvsc_images_smoke(tmp_path):
+    run_script("tvsc_images.py", "--epochs", "1", "--seeds", "0", "--sizes", "4", "--parts", "sizes", "--hidden", "16",
+               "--iw-samples", "2", "--particles", "2", "--out", str(tmp_path))
+    results = check_outputs(str(tmp_path / "tvsc_images"), [str(tmp_path / "tvsc_images.png")])
+    assert results["results"] and all("error" not in run for run in results["results"]), results["results"]
+
+
 def test_vsc_classification_smoke(tmp_path):
     run_script(
         "vsc_classification.py", "--parts", "classification", "--sizes", "4", "--seeds", "1", "--first-seed", "1",
