@@ -140,6 +140,11 @@ def main():
     parser.add_argument("--khat-draws", type=int, default=500, help="importance draws per data point for k̂")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
+    if args.draws < 50:
+        parser.error("--draws must be at least 50: the PPC figure shows 50 replicates")
+    if args.khat_draws < 100:
+        parser.error("--khat-draws must be at least 100: with fewer, PSIS fits its Pareto tail to a handful of "
+                     "ratios and k̂ reads inf")
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
     fits, results = {}, {"draws": args.draws, "khat_draws": args.khat_draws, "ssl_dgm": []}

@@ -149,7 +149,7 @@ def test_single_cell_counts_quick(tmp_path):
 
 
 def test_posterior_checks_smoke(tmp_path):
-    run_script("posterior_checks.py", "--epochs", "2", "--short-epochs", "1", "--draws", "50", "--khat-draws", "20",
+    run_script("posterior_checks.py", "--epochs", "2", "--short-epochs", "1", "--draws", "50", "--khat-draws", "100",
                "--out", str(tmp_path))
     results = check_outputs(str(tmp_path / "posterior_checks"), [str(tmp_path / "ppc.png")])
     assert len(results["ssl_dgm"]) == 2 and set(results["zero_fraction"]) == {"bernoulli", "gaussian"}
