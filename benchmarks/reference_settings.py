@@ -104,6 +104,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", default="zeisel,synthetic")
     parser.add_argument("--epochs", default="zeisel=3,synthetic=20", help="epochs timed per setting")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="output folder")
     args = parser.parse_args()
     torch.set_num_threads(1)
     epochs = {k: int(v) for k, v in (item.split("=") for item in args.epochs.split(","))}
@@ -136,9 +137,9 @@ def main():
             f"{r['ours_minutes_at_paper_epochs']:.1f} | {r['loop_minutes_at_paper_epochs']:.1f} | {r['paper_minutes']} |"
         )
     text = "\n".join(lines)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "reference_settings.json").write_text(json.dumps(rows, indent=1))
-    (RESULTS / "reference_settings.md").write_text(text + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "reference_settings.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "reference_settings.md").write_text(text + "\n")
     print(text)
 
 

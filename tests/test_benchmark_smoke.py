@@ -29,6 +29,7 @@ def run_script(name, *args):
         cwd=REPO, env=environment, capture_output=True, text=True, timeout=600,
     )
     assert completed.returncode == 0, f"{name} {' '.join(args)} failed:\n{completed.stderr[-3000:]}"
+    return completed.stdout
 
 
 def check_outputs(stem, pngs):
@@ -160,6 +161,20 @@ def test_tvsc_images_smoke(tmp_path):
                "--iw-samples", "2", "--particles", "2", "--out", str(tmp_path))
     results = check_outputs(str(tmp_path / "tvsc_images"), [str(tmp_path / "tvsc_images.png")])
     assert results["results"] and all("error" not in run for run in results["results"]), results["results"]
+
+
+def test_reference_settings_smoke(tmp_path):
+    run_script("reference_settings.py", "--settings", "synthetic", "--epochs", "synthetic=1", "--out", str(tmp_path))
+    (row,) = check_outputs(str(tmp_path / "reference_settings"), [])
+    assert row["setting"] == "synthetic" and row["ours_s_per_epoch"] > 0 and row["loop_s_per_epoch"] > 0
+
+
+def test_decoder_speed_smoke():
+    # It prints its tables (the results pages quote them): each must come out with finite numbers.
+    for extra in ([], ["--memory", "--budget", "100000"]):
+        text = run_script("decoder_speed.py", "--features", "20", "--latent", "4", "--hidden", "8", "--batch", "16",
+                          "--repeats", "1", *extra)
+        assert "| 20 |" in text and not re.search(r"\b(nan|inf)\b", text.lower()), text
 
 
 def test_vsc_classification_smoke(tmp_path):
