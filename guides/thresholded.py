@@ -1,6 +1,7 @@
 """The inference network of thresholded variational sparse coding (Fallah & Rozell 2022)."""
 
 import math
+import warnings
 
 import pyro
 import pyro.distributions as dist
@@ -13,6 +14,9 @@ from pyro_sparse.guides.amortized import AmortizedGuide
 
 # A new amortised gate starts open, P(z != 0) = sigmoid(2) ≈ 0.88 (see ThresholdedGuide).
 _INITIAL_GATE_LOGIT = 2.0
+# The threshold factor ω while the codes are held dense: with an amortised λ/b ≤ softplus(15) the
+# probability of being on stays above 0.98 (Laplace base), and the thresholded laws stay proper (λ > 0).
+_DENSE_THRESHOLD_FACTOR = 1e-3
 
 
 class ThresholdedGuide(AmortizedGuide):
@@ -47,6 +51,19 @@ class ThresholdedGuide(AmortizedGuide):
     It is off by default (start 1): with the jump estimator it only delays
     learning (results of ``benchmarks/sparse_coding_patches.py``).
 
+    With ``threshold_warmup_epochs`` > 0 the codes' threshold is multiplied by
+    a factor ω (1e-3, codes kept dense) until the KL warm-up ends, then ω rises
+    linearly to 1 over that many epochs (``None``: as many as the KL warm-up
+    lasts): a continuation in λ like FISTA's
+    (Appendix D), so that the generator learns from every code before any
+    can be switched off.  An exactly-zero code is absorbing: its generator
+    column gets no likelihood gradient, so a sparse mask prunes it and it
+    never returns.  Inside ``ssl_dgm`` codes switched off within the first
+    10 epochs cost seeds whole factors (docs: TVSC results, "Thresholded
+    codes inside the sparse VAE").  0 (the default; the models' unit-scale
+    thresholded codes set it) is the paper's schedule.  Evaluation
+    (``eval()``) always uses the full threshold.
+
     The base's scale is clamped at ``max_scale_ratio`` × ``prior_scale``
     (default e, the bound of :class:`~pyro_sparse.guides.SpikeSlabGuide`'s
     slab): a posterior wider than its prior only adds noise and KL.  Without
@@ -60,7 +77,7 @@ class ThresholdedGuide(AmortizedGuide):
     """
 
     # Model files written before the bound existed clamped the log-scale at 15 only.
-    former_defaults = {**AmortizedGuide.former_defaults, "max_scale_ratio": None}
+    former_defaults = {**AmortizedGuide.former_defaults, "max_scale_ratio": None, "threshold_warmup_epochs": 0.0}
 
     def __init__(
         self,
@@ -79,6 +96,7 @@ class ThresholdedGuide(AmortizedGuide):
         estimator="jump",
         scale_warmup_start=1.0,
         scale_warmup_rate=2e-4,
+        threshold_warmup_epochs=0.0,
         max_scale_ratio=math.e,
         network="mlp",
         covariate_dim=0,
@@ -101,6 +119,12 @@ class ThresholdedGuide(AmortizedGuide):
         self.threshold = None if threshold is None else float(threshold)
         self.threshold_kl_weight, self.estimator = float(threshold_kl_weight), estimator
         self.scale_warmup_start, self.scale_warmup_rate = float(scale_warmup_start), float(scale_warmup_rate)
+        if threshold_warmup_epochs is not None and not (
+                isinstance(threshold_warmup_epochs, (int, float)) and 0 <= threshold_warmup_epochs < math.inf):
+            raise ValueError(f"threshold_warmup_epochs must be a number >= 0 or None, got {threshold_warmup_epochs!r}")
+        self.threshold_warmup_epochs = None if threshold_warmup_epochs is None else float(threshold_warmup_epochs)
+        self.threshold_warmup_start_epoch = 0.0  # the end of the KL warm-up (check_schedule)
+        self.threshold_warmup = 1.0  # ω, set by schedule() while training
         if max_scale_ratio is not None and not max_scale_ratio > 0:
             raise ValueError(f"max_scale_ratio must be positive (or None), got {max_scale_ratio!r}")
         self.max_scale_ratio = None if max_scale_ratio is None else float(max_scale_ratio)
@@ -119,9 +143,26 @@ class ThresholdedGuide(AmortizedGuide):
         if self.amortized_threshold:
             last.bias[2 * K:3 * K].add_(_INITIAL_GATE_LOGIT)
 
+    def check_schedule(self, kl_warmup_epochs, max_epochs):
+        """Before training: start the threshold warm-up where the KL warm-up ends; warn if it cannot end."""
+        self.threshold_warmup_start_epoch = float(kl_warmup_epochs)
+        if self.threshold_warmup_epochs is None:
+            self.threshold_warmup_epochs = float(kl_warmup_epochs)
+        end = kl_warmup_epochs + self.threshold_warmup_epochs
+        if self.threshold_warmup_epochs > 0 and end >= max_epochs:
+            warnings.warn(
+                f"the threshold warm-up ends at epoch {end:g} (the KL warm-up's {kl_warmup_epochs:g} + "
+                f"threshold_warmup_epochs={self.threshold_warmup_epochs:g}), not before max_epochs={max_epochs}: "
+                "the codes never train at their full threshold; train longer or shorten the warm-ups",
+                stacklevel=5,
+            )
+
     def schedule(self, epoch, iteration):
         warmup = min(1.0, self.scale_warmup_start + self.scale_warmup_rate * iteration)
         self.scale_warmup.fill_(warmup if self.base == "laplace" else 1.0)
+        if self.threshold_warmup_epochs:
+            ramp = (epoch - self.threshold_warmup_start_epoch) / self.threshold_warmup_epochs
+            self.threshold_warmup = min(1.0, max(_DENSE_THRESHOLD_FACTOR, ramp))
 
     def _encode(self, x, covariates=None):
         """(μ, scale, threshold or None, Gamma posterior of λ or None)."""
@@ -141,6 +182,8 @@ class ThresholdedGuide(AmortizedGuide):
         return loc, scale, threshold, threshold_posterior
 
     def _codes(self, loc, scale, threshold):
+        if threshold is not None and self.training and self.threshold_warmup < 1:
+            threshold = threshold * self.threshold_warmup
         return code_distribution(self.base, loc, scale, threshold, self.estimator)
 
     def posterior(self, x, covariates=None):

@@ -187,7 +187,7 @@ class SparseDGM(nn.Module):
             with poutine.scale(scale=self.num_features / x.shape[-1]):
                 pyro.sample("x", self.observation(output, noise_variance, log_library, covariates, features), obs=x)
 
-    def check_schedule(self, kl_warmup_epochs):
+    def check_schedule(self, kl_warmup_epochs, max_epochs):
         """
         Before training: start feature subsampling two epochs after the KL
         warm-up unless told otherwise, and warn when told to start before it ends.

@@ -438,9 +438,10 @@ class SVIModel:
                 "can support (an atom is learned from the points that use it); use more data or fewer atoms",
                 stacklevel=4,
             )
-        check_schedule = getattr(model, "check_schedule", None)
-        if check_schedule is not None:
-            check_schedule(settings.warmup_epochs)
+        for module in (model, guide):
+            check_schedule = getattr(module, "check_schedule", None)
+            if check_schedule is not None:
+                check_schedule(settings.warmup_epochs, settings.max_epochs)
         _log_kl_terms(model, guide, train_data, device)
         precision = settings.hardware.precision
         if precision == "bf16" and set_decoder_precision(model, precision) == 0:

@@ -140,6 +140,30 @@ def test_laplace_scale_warmup():
     assert gaussian.scale_warmup.item() == 1.0
 
 
+def test_threshold_warmup_keeps_codes_dense_until_the_kl_warmup_ends():
+    x = torch.randn(200, 5)
+    guide = ThresholdedGuide(5, 3, hidden_dims=(4,), amortized_threshold=True, threshold_warmup_epochs=4)
+    guide.check_schedule(kl_warmup_epochs=2, max_epochs=10)
+    for epoch, omega in [(0.0, 1e-3), (2.0, 1e-3), (3.0, 0.25), (5.0, 0.75), (6.0, 1.0), (9.0, 1.0)]:
+        guide.schedule(epoch, 0)
+        assert guide.threshold_warmup == pytest.approx(omega)
+    guide.schedule(1.0, 0)
+    with torch.no_grad():
+        held = guide._codes(*guide._encode(x)[:3]).rsample()
+        assert held.ne(0).float().mean() > 0.97  # ω = 1e-3: on with probability > 0.98
+        guide.eval()  # evaluation uses the full threshold whatever ω is
+        dense = guide.posterior(x).base_dist
+        torch.testing.assert_close(dense.threshold, guide._encode(x)[2])
+    # None: the ramp lasts as long as the KL warm-up; a ramp that cannot end before max_epochs warns.
+    guide = ThresholdedGuide(5, 3, hidden_dims=(4,), threshold_warmup_epochs=None)
+    guide.check_schedule(kl_warmup_epochs=3, max_epochs=10)
+    assert guide.threshold_warmup_epochs == 3.0
+    with pytest.warns(UserWarning, match="threshold warm-up ends at epoch 12"):
+        ThresholdedGuide(5, 3, hidden_dims=(4,), threshold_warmup_epochs=None).check_schedule(6, 10)
+    with pytest.raises(ValueError, match="threshold_warmup_epochs"):
+        ThresholdedGuide(5, 3, hidden_dims=(4,), threshold_warmup_epochs=-1)
+
+
 def test_linear_decoder_is_a_dictionary_with_a_frobenius_prior(digits):
     fitted = pyro_sparse.train("tvsc", digits, decoder="linear", dictionary_penalty=0.01, **QUICK)
     A = fitted.guide.point_estimate("A").detach()

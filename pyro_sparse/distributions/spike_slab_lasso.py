@@ -171,8 +171,15 @@ class SpikeSlabLasso(TorchDistribution):
 
 
 def _log1mexp(x):
-    """log(1 - e^x) for x <= 0, accurate near 0 and far below it."""
-    return torch.where(x > -math.log(2), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+    """
+    log(1 - e^x) for x <= 0, accurate near 0 and far below it.  Each branch
+    sees only inputs it is accurate on: ``torch.where`` back-propagates 0 × the
+    unused branch's gradient, NaN where that is infinite (log1p(-e^x) at
+    e^x = 1 in float32, x > -6e-8).
+    """
+    near_zero = x > -math.log(2)
+    return torch.where(near_zero, torch.log(-torch.expm1(torch.where(near_zero, x, -1.0))),
+                       torch.log1p(-torch.exp(torch.where(near_zero, -1.0, x))))
 
 
 def _log_laplace_normal_mass(rate, loc, scale, low, high):

@@ -429,8 +429,10 @@ class ThresholdedNormal(ThresholdedDistribution):
 
     def _log_spike_mass(self, ratio):
         # log erf(t/√2) rounds to 0 once γ = erfc(t/√2) is below the float's epsilon; log1p(-γ) keeps it.
-        scaled = ratio * _SQRT_HALF
-        return torch.where(ratio > 1, torch.log1p(-torch.special.erfc(scaled)), torch.log(torch.special.erf(scaled)))
+        # Each branch sees only its own inputs (see _log1mexp: the other's infinite gradient would give NaN).
+        far, scaled = ratio > 1, ratio * _SQRT_HALF
+        return torch.where(far, torch.log1p(-torch.special.erfc(torch.where(far, scaled, 1.0))),
+                           torch.log(torch.special.erf(torch.where(far, 1.0, scaled))))
 
     def _log_slab_density(self, value, loc, scale, threshold):
         shifted = ((value - loc).abs() + threshold) / scale

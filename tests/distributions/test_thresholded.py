@@ -397,6 +397,26 @@ def test_kl_gradients_finite_at_extreme_gates(cls):
     assert torch.all(torch.isfinite(loc.grad)) and torch.all(torch.isfinite(lam.grad))
 
 
+@pytest.mark.parametrize("cls", [ThresholdedLaplace, ThresholdedNormal], ids=FAMILY_IDS)
+def test_kl_gradients_finite_when_the_gate_rounds_to_one_in_float32(cls):
+    # λ/scale = 1e-9: e^{-λ/b} and erfc(λ/(b√2)) round to 1 in float32, so the
+    # branch of log(1 - γ) meant for small γ is -inf there; where() must not let
+    # its infinite gradient through as NaN (a threshold warm-up starts there).
+    lam = torch.tensor([1e-9, 1e-6, 2.0], requires_grad=True)
+    loc = torch.tensor([0.5, -1.0, 0.0], requires_grad=True)
+    kl = kl_divergence(cls(loc, torch.ones(3), lam), cls(torch.zeros(3), torch.ones(3), torch.full((3,), 0.5)))
+    kl.sum().backward()
+    assert torch.all(torch.isfinite(kl))
+    assert torch.all(torch.isfinite(loc.grad)) and torch.all(torch.isfinite(lam.grad))
+    # d/dλ log(1 - γ) is finite and matches float64 at the smallest gate.
+    ratio = torch.tensor([1e-9, 1e-3], requires_grad=True)
+    exact = ratio.detach().double().requires_grad_()
+    cls(torch.zeros(2), torch.ones(2), ratio)._log_spike_mass(ratio).sum().backward()
+    cls(torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64), exact)._log_spike_mass(
+        exact).sum().backward()
+    assert torch.allclose(ratio.grad.double(), exact.grad, rtol=1e-4)
+
+
 @pytest.mark.parametrize("q,p", KL_PAIRS)
 def test_training_surrogates_of_a_prior(q, p):
     # kl_objective of the second argument picks the ELBO's term: the paper's

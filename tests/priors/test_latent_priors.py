@@ -163,6 +163,21 @@ def test_a_model_gives_a_prior_its_own_defaults_and_the_user_overrides_them(data
     tvsc = pyro_sparse.train("tvsc", data.X, **QUICK).model.latent_prior
     assert (tvsc.prior_scale, tvsc.threshold, tvsc.learn_prior_threshold) == (0.1, 0.25, False)
 
+
+def test_threshold_warmup_reaches_the_guide_through_train_and_survives_a_save(data, tmp_path):
+    options = dict(QUICK, max_epochs=4)
+    fitted = pyro_sparse.train("ssl_dgm", data.X, latent_prior="thresholded_laplace", threshold_warmup_epochs=None,
+                               **options)
+    # None: as long as the KL warm-up (max_epochs / 4), starting where it ends; done by the last epoch.
+    guide = fitted.guide
+    assert (guide.threshold_warmup_start_epoch, guide.threshold_warmup_epochs, guide.threshold_warmup) == (1, 1, 1)
+    assert fitted.config["hyperparameters"]["threshold_warmup_epochs"] is None
+    fitted.save(tmp_path / "model")
+    loaded = pyro_sparse.load(tmp_path / "model")
+    np.testing.assert_array_equal(loaded.transform(data.X), fitted.transform(data.X))
+    assert pyro_sparse.train("ssl_dgm", data.X, latent_prior="thresholded_laplace",
+                             **options).guide.threshold_warmup_epochs == 0  # off unless asked for
+
 # ---------------------------------------------------- user priors, KL paths
 def test_a_user_prior_without_a_kl_trains_by_monte_carlo_and_says_so(data, caplog):
     with caplog.at_level(logging.INFO, logger="pyro_sparse"):
