@@ -52,14 +52,15 @@ class ThresholdedGuide(AmortizedGuide):
     learning (results of ``benchmarks/sparse_coding_patches.py``).
 
     With ``threshold_warmup_epochs`` > 0 the codes' threshold is multiplied by
-    a factor ω (1e-3, codes kept dense) until the KL warm-up ends, then ω rises
+    a factor ω (1e-3: with the amortised threshold every code is then on with
+    probability > 0.98) until the KL warm-up ends, then ω rises
     linearly to 1 over that many epochs (``None``: as many as the KL warm-up
     lasts): a continuation in λ like FISTA's
     (Appendix D), so that the generator learns from every code before any
     can be switched off.  An exactly-zero code is absorbing: its generator
     column gets no likelihood gradient, so a sparse mask prunes it and it
     never returns.  Inside ``ssl_dgm`` codes switched off within the first
-    10 epochs cost seeds whole factors (docs: TVSC results, "Thresholded
+    5-20 epochs cost seeds whole factors (docs: TVSC results, "Thresholded
     codes inside the sparse VAE").  0 (the default; the models' unit-scale
     thresholded codes set it) is the paper's schedule.  Evaluation
     (``eval()``) always uses the full threshold.

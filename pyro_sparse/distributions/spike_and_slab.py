@@ -41,7 +41,8 @@ def spike_and_slab_icdf(u, spike_mass, slab_cdf_at_zero, gate, slab_icdf):
     u ≤ S(0), exactly 0 on the jump S(0) < u ≤ S(0) + a, and S⁻¹(u - a) above
     it. ``slab_icdf`` maps slab mass v in (0, γ), γ = ``gate`` = 1 - a, to
     S⁻¹(v); on the jump it is evaluated at the harmless v = γ/2 instead
-    (double where), so neither the value nor its gradient is NaN.
+    (double where), so for γ > 0 neither the value nor its gradient is NaN
+    (at γ = 0 the value is 0 and the gradient of γ is NaN: there is no slab).
     """
     below = u <= slab_cdf_at_zero
     on_slab = below | (u > slab_cdf_at_zero + spike_mass)

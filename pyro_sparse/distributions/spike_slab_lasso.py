@@ -132,7 +132,9 @@ class SpikeSlabLasso(TorchDistribution):
                 inside.append(log_weight_rate + _log_laplace_normal_mass(rate, centre, scale, zero, threshold))
                 outside.append(log_weight_rate + _log_laplace_normal_mass(rate, centre, scale, threshold, inf))
         log_outside = torch.logsumexp(torch.stack(outside), 0)
-        log_inside = torch.logsumexp(torch.stack(inside), 0)
+        # δ = 0 (the slab likelier everywhere) leaves no inside: probability 1, without logsumexp's NaN gradient.
+        inside, empty = torch.stack(inside), threshold <= 0
+        log_inside = torch.where(empty, -math.inf, torch.logsumexp(torch.where(empty, 0.0, inside), 0))
         return torch.exp(log_outside - torch.logaddexp(log_outside, log_inside))
 
     def sample(self, sample_shape=torch.Size()):
@@ -175,7 +177,7 @@ def _log1mexp(x):
     log(1 - e^x) for x <= 0, accurate near 0 and far below it.  Each branch
     sees only inputs it is accurate on: ``torch.where`` back-propagates 0 × the
     unused branch's gradient, NaN where that is infinite (log1p(-e^x) at
-    e^x = 1 in float32, x > -6e-8).
+    e^x = 1 in float32, x ≥ -3e-8).
     """
     near_zero = x > -math.log(2)
     return torch.where(near_zero, torch.log(-torch.expm1(torch.where(near_zero, x, -1.0))),
@@ -193,18 +195,35 @@ def _log_laplace_normal_mass(rate, loc, scale, low, high):
     with the scaled complementary error function erfcx: ½ erfcx(\|u_t\|/√2)
     e^{-λt - (t - m)²/2s²}, whose exponent stays bounded.
     """
+    empty = ~(low < high)
+    high = torch.where(empty, low + 1, high)  # a stand-in; an empty interval's mass is the constant -inf
     shift = loc - rate * scale**2
-    u_low, u_high = (low - shift) / scale, (high - shift) / scale
 
-    def log_tail(t, u):  # log of the mass beyond t, on the side away from μ
-        exponent = -rate * t - torch.where(torch.isinf(t), math.inf, ((t - loc) / scale) ** 2 / 2)
-        return torch.log(torch.special.erfcx(u.abs() / math.sqrt(2)) / 2) + exponent
+    # An infinite end is a constant: computed from a finite stand-in and masked, it sends no ∞ · 0 = NaN back.
+    def standardised(t):
+        infinite = torch.isinf(t)
+        return torch.where(infinite, t, (torch.where(infinite, shift, t) - shift) / scale)
 
-    upper = log_tail(low, u_low) + _log1mexp(log_tail(high, u_high) - log_tail(low, u_low))
-    lower = log_tail(high, u_high) + _log1mexp(log_tail(low, u_low) - log_tail(high, u_high))
-    middle = -rate * loc + (rate * scale) ** 2 / 2 + _log_normal_interval(u_low, u_high)
-    mass = torch.where(u_low >= 0, upper, torch.where(u_high <= 0, lower, middle))
-    return torch.where(low < high, mass, -math.inf)
+    def log_tail(t, u):  # log of the mass beyond t, on the side away from μ; -inf (a constant) at t = ∞
+        infinite = torch.isinf(t)
+        t, u = torch.where(infinite, loc, t), torch.where(infinite, 0.0, u)
+        tail = torch.log(torch.special.erfcx(u.abs() / math.sqrt(2)) / 2) - rate * t - ((t - loc) / scale) ** 2 / 2
+        return torch.where(infinite, -math.inf, tail)
+
+    u_low, u_high = standardised(low), standardised(high)
+
+    # Three formulas, one per position of the interval; each is fed only the
+    # inputs it is meant for, so that the unused ones (log 0, ∞ - ∞) send no
+    # NaN through torch.where's gradient.
+    is_upper, is_lower = u_low >= 0, u_high <= 0
+    tail_low, tail_high = log_tail(low, u_low), log_tail(high, u_high)
+    upper = tail_low + _log1mexp(torch.where(is_upper, tail_high - tail_low, -1.0))
+    lower = tail_high + _log1mexp(torch.where(is_lower, tail_low - tail_high, -1.0))
+    inside = ~(is_upper | is_lower)
+    interval = _log_normal_interval(torch.where(inside, u_low, -1.0), torch.where(inside, u_high, 1.0))
+    middle = -rate * loc + (rate * scale) ** 2 / 2 + interval
+    mass = torch.where(is_upper, upper, torch.where(is_lower, lower, middle))
+    return torch.where(empty, -math.inf, mass)
 
 
 def _log_normal_interval(low, high):

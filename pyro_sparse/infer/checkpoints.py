@@ -194,12 +194,27 @@ def _check_same_run(saved, current, path):
         )
     changed = [name for name in ("latent_dim", "likelihood") if saved[name] != current[name]]
     for part in ("hyperparameters", "training"):
-        names = sorted((saved[part].keys() | current[part].keys()) - {"max_epochs"})
+        names = sorted((saved[part].keys() | current[part].keys()) - {"max_epochs", "kl_warmup_epochs"})
         if part == "hyperparameters":
             names = [name for name in names if name in saved[part]]  # older files record the user's options only
         changed += [name for name in names if saved[part].get(name) != current[part].get(name)]
+    # The default KL warm-up (and the threshold warm-up that follows it) lasts max_epochs / 4: a run extended
+    # with the default would restart it part-way, so compare the lengths, not the options.
+    warmups = [_kl_warmup_epochs(run["training"]) for run in (saved, current)]
+    if warmups[0] != warmups[1]:
+        raise CheckpointError(
+            f"{where} was written by a run whose KL warm-up lasts {warmups[0]:g} epochs; this one's would last "
+            f"{warmups[1]:g} (the default is max_epochs / 4): resume with "
+            f"schedule=Schedule(kl_warmup_epochs={warmups[0]:g}) to change max_epochs"
+        )
     if changed:
         raise CheckpointError(
             f"{where} was written by a run with different settings ({', '.join(changed)}); "
             "resume with the settings the run started with (only max_epochs may change)"
         )
+
+
+def _kl_warmup_epochs(training):
+    """The KL warm-up length a recorded run trains with (``Schedule.warmup_epochs``)."""
+    recorded = training.get("kl_warmup_epochs")
+    return training["max_epochs"] / 4 if recorded is None else recorded

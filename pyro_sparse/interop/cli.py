@@ -191,7 +191,7 @@ def _fit(args, X, default_likelihood):
         args.model, X, layer=args.layer, batch_key=args.batch_key, latent_dim=args.latent_dim,
         likelihood=args.likelihood or default_likelihood, max_epochs=args.epochs, batch_size=args.batch_size,
         lr=args.lr, seed=args.seed, device=args.device, progress=not args.quiet,
-        schedule=Schedule(validation_fraction=args.validation_fraction),
+        schedule=Schedule(validation_fraction=args.validation_fraction, kl_warmup_epochs=args.kl_warmup_epochs),
         checkpointing=Checkpointing(path=args.checkpoint, resume_from=args.resume),
         hardware=Hardware(precision=args.precision, strategy=args.strategy),
         **hyper,
@@ -284,6 +284,8 @@ def build_parser():
     fit.add_argument("--lambda1", type=float, default=None)
     fit.add_argument("--beta", type=float, default=None)
     fit.add_argument("--validation-fraction", type=float, default=0.0)
+    fit.add_argument("--kl-warmup-epochs", type=float, default=None,
+                     help="epochs over which the codes' KL weight rises to 1 (default: a quarter of --epochs)")
     fit.add_argument("--device", default="auto")
     fit.add_argument(
         "--precision", default="fp32", choices=["fp32", "bf16", "tf32"],

@@ -338,6 +338,15 @@ def test_slab_region_probability_against_quadrature(eta, lambda0, lambda1, loc, 
     assert d.slab_region_probability(loc, scale).item() == pytest.approx(expected, rel=1e-7, abs=1e-15)
 
 
+@pytest.mark.parametrize("eta,lambda0,lambda1,loc,scale", CASES)
+def test_slab_region_probability_gradients_match_finite_differences(eta, lambda0, lambda1, loc, scale):
+    # Each of the three interval formulas is fed only its own inputs: an unused
+    # one (log 0, ∞ - ∞ at an infinite end) must not turn the gradient into NaN.
+    d = SpikeSlabLasso(torch.tensor(eta, dtype=torch.float64), lambda0, lambda1)
+    params = (torch.tensor(loc, dtype=torch.float64, requires_grad=True),
+              torch.tensor(scale, dtype=torch.float64, requires_grad=True))
+    assert torch.autograd.gradcheck(lambda m, s: d.slab_region_probability(m, s), params, eps=1e-7, atol=1e-6)
+
 def test_slab_region_probability_limits():
     d = SpikeSlabLasso(torch.tensor(0.8), 20.0, 1.0)  # float32: E[γ | 0] = 1/6, δ ≈ 0.085
     # Data that pin w at 0 call it out of the support, far below E[γ]'s floor of 1/6 ...

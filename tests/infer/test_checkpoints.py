@@ -245,6 +245,20 @@ def test_a_checkpoint_of_another_run_is_refused(X, tmp_path):
                           max_epochs=2, **TINY)
 
 
+def test_extending_a_run_keeps_its_kl_warmup(X, tmp_path):
+    # The default KL warm-up is max_epochs / 4: extending a 4-epoch run to 8 with the default would restart it
+    # at epoch 4 (the KL weight back to 1/2, a threshold warm-up back to dense codes), so it is refused, with
+    # the setting that keeps the run's schedule.
+    path = tmp_path / "run.ckpt"
+    options = {**TINY, "schedule": Schedule()}
+    pyro_sparse.train("ssl_dgm", X, max_epochs=4, checkpointing=Checkpointing(path=path), **options)
+    with pytest.raises(CheckpointError, match=r"lasts 1 epochs; this one's would last 2 .*kl_warmup_epochs=1\)"):
+        pyro_sparse.train("ssl_dgm", X, max_epochs=8, checkpointing=Checkpointing(resume_from=path), **options)
+    extended = pyro_sparse.train("ssl_dgm", X, max_epochs=8, checkpointing=Checkpointing(resume_from=path),
+                                 **{**TINY, "schedule": Schedule(kl_warmup_epochs=1)})
+    assert len(extended.history_["train_loss"]) == 8
+
+
 @pytest.mark.parametrize(
     "old_keyword, setting, message",
     [

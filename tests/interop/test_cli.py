@@ -83,8 +83,13 @@ def test_priors_options_and_checkpoints_from_the_command_line(tmp_path, capsys):
     config = json.loads((out / "summary.json").read_text())["config"]["hyperparameters"]
     assert (config["latent_prior"], config["alpha"], config["mask_prior"]) == ("spike_slab", 0.3, "horseshoe")
     assert (tmp_path / "run.ckpt").is_file()
-    # Resuming with the same arguments and more epochs goes on from the checkpoint.
-    assert main([*args, *prior, "--epochs", "3", "--resume", str(tmp_path / "run.ckpt")]) == 0
+    # Resuming with the same arguments and more epochs goes on from the checkpoint, once the KL warm-up keeps
+    # the length it had (a quarter of the first run's 2 epochs).
+    capsys.readouterr()
+    assert main([*args, *prior, "--epochs", "3", "--resume", str(tmp_path / "run.ckpt")]) == 2
+    assert "kl_warmup_epochs=0.5" in capsys.readouterr().err
+    assert main([*args, *prior, "--epochs", "3", "--kl-warmup-epochs", "0.5", "--resume",
+                 str(tmp_path / "run.ckpt")]) == 0
     assert json.loads((out / "summary.json").read_text())["config"]["training"]["max_epochs"] == 3
     capsys.readouterr()
     with pytest.raises(SystemExit):
