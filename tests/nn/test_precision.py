@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import pyro_sparse
-from pyro_sparse import Checkpointing, Hardware
+from pyro_sparse import Checkpointing, Hardware, Schedule
 from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 from pyro_sparse.infer.checkpoints import CheckpointError
 from pyro_sparse.interop.cli import main
@@ -162,11 +162,12 @@ def test_set_precision_changes_evaluation_only(fits, data):
 def test_checkpoint_records_precision(data, tmp_path):
     path = tmp_path / "run.ckpt"
     bf16, resume = Hardware(precision="bf16"), Checkpointing(resume_from=path)
-    pyro_sparse.train("ssl_dgm", data.X, hardware=bf16, checkpointing=Checkpointing(path=path), **QUICK)
-    resumed = pyro_sparse.train("ssl_dgm", data.X, hardware=bf16, checkpointing=resume, **{**QUICK, "max_epochs": 3})
+    quick = {**QUICK, "schedule": Schedule(kl_warmup_epochs=0.5)}  # extended below: a fixed KL warm-up
+    pyro_sparse.train("ssl_dgm", data.X, hardware=bf16, checkpointing=Checkpointing(path=path), **quick)
+    resumed = pyro_sparse.train("ssl_dgm", data.X, hardware=bf16, checkpointing=resume, **{**quick, "max_epochs": 3})
     assert len(resumed.history_["train_loss"]) == 3
     with pytest.raises(CheckpointError, match="precision"):
-        pyro_sparse.train("ssl_dgm", data.X, hardware=Hardware(precision="fp32"), checkpointing=resume, **QUICK)
+        pyro_sparse.train("ssl_dgm", data.X, hardware=Hardware(precision="fp32"), checkpointing=resume, **quick)
 
 
 @pytest.mark.parametrize(
