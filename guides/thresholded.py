@@ -61,9 +61,9 @@ class ThresholdedGuide(AmortizedGuide):
     column gets no likelihood gradient, so a sparse mask prunes it and it
     never returns.  Inside ``ssl_dgm`` codes switched off within the first
     5-20 epochs cost seeds whole factors (docs: TVSC results, "Thresholded
-    codes inside the sparse VAE").  0 (the default; the models' unit-scale
-    thresholded codes set it) is the paper's schedule.  Evaluation
-    (``eval()``) always uses the full threshold.
+    codes inside the sparse VAE"), where the warm-up keeps more factors but
+    leaves almost no code off, so it is an option: 0 (the default) is the
+    paper's schedule.  Evaluation (``eval()``) always uses the full threshold.
 
     The base's scale is clamped at ``max_scale_ratio`` × ``prior_scale``
     (default e, the bound of :class:`~pyro_sparse.guides.SpikeSlabGuide`'s
