@@ -161,6 +161,12 @@ def test_tvsc_images_smoke(tmp_path):
                "--iw-samples", "2", "--particles", "2", "--out", str(tmp_path))
     results = check_outputs(str(tmp_path / "tvsc_images"), [str(tmp_path / "tvsc_images.png")])
     assert results["results"] and all("error" not in run for run in results["results"]), results["results"]
+    # The paper's fixed-threshold guide as rows of their own, in files of their own.
+    run_script("tvsc_images.py", "--epochs", "1", "--seeds", "0", "--sizes", "4", "--parts", "sizes", "--hidden", "16",
+               "--iw-samples", "0", "--particles", "2", "--priors", "thr_laplace_fixed", "--tag", "_fixed",
+               "--out", str(tmp_path))
+    fixed = check_outputs(str(tmp_path / "tvsc_images_fixed"), [str(tmp_path / "tvsc_images_fixed.png")])
+    assert [run["hyperparameters"]["amortized_threshold"] for run in fixed["results"]] == [False]
 
 
 def test_reference_settings_smoke(tmp_path):
