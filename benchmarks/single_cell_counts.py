@@ -192,7 +192,7 @@ def curve(model, adata, train, test, args, workdir):
         resume = path if path.exists() else None
         fitted, chunk = fit(name, adata[train], "negative_binomial", 0, epoch,
                             checkpointing=Checkpointing(path=path, resume_from=resume),
-                            schedule=Schedule(kl_warmup_epochs=args.epochs / 4), **options)
+                            schedule=Schedule(kl_warmup_epochs=Schedule().warmup_epochs(args.epochs)), **options)
         seconds += chunk
         points.append({"epoch": epoch, "seconds": seconds, "heldout_ll": heldout(fitted, adata[test])})
         print(model, points[-1], flush=True)

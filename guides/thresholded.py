@@ -124,7 +124,9 @@ class ThresholdedGuide(AmortizedGuide):
                 isinstance(threshold_warmup_epochs, (int, float)) and 0 <= threshold_warmup_epochs < math.inf):
             raise ValueError(f"threshold_warmup_epochs must be a number >= 0 or None, got {threshold_warmup_epochs!r}")
         self.threshold_warmup_epochs = None if threshold_warmup_epochs is None else float(threshold_warmup_epochs)
-        self.threshold_warmup_start_epoch = 0.0  # the end of the KL warm-up (check_schedule)
+        # Where the ramp starts and how long it lasts, set by check_schedule from the KL warm-up.
+        self.threshold_warmup_start_epoch = 0.0
+        self.threshold_ramp_epochs = self.threshold_warmup_epochs or 0.0
         self.threshold_warmup = 1.0  # ω, set by schedule() while training
         if max_scale_ratio is not None and not max_scale_ratio > 0:
             raise ValueError(f"max_scale_ratio must be positive (or None), got {max_scale_ratio!r}")
@@ -147,13 +149,13 @@ class ThresholdedGuide(AmortizedGuide):
     def check_schedule(self, kl_warmup_epochs, max_epochs):
         """Before training: start the threshold warm-up where the KL warm-up ends; warn if it cannot end."""
         self.threshold_warmup_start_epoch = float(kl_warmup_epochs)
-        if self.threshold_warmup_epochs is None:
-            self.threshold_warmup_epochs = float(kl_warmup_epochs)
-        end = kl_warmup_epochs + self.threshold_warmup_epochs
-        if self.threshold_warmup_epochs > 0 and end >= max_epochs:
+        self.threshold_ramp_epochs = float(
+            kl_warmup_epochs if self.threshold_warmup_epochs is None else self.threshold_warmup_epochs)
+        end = kl_warmup_epochs + self.threshold_ramp_epochs
+        if self.threshold_ramp_epochs > 0 and end >= max_epochs:
             warnings.warn(
                 f"the threshold warm-up ends at epoch {end:g} (the KL warm-up's {kl_warmup_epochs:g} + "
-                f"threshold_warmup_epochs={self.threshold_warmup_epochs:g}), not before max_epochs={max_epochs}: "
+                f"{self.threshold_ramp_epochs:g} of ramp), not before max_epochs={max_epochs}: "
                 "the codes never train at their full threshold; train longer or shorten the warm-ups",
                 stacklevel=5,
             )
@@ -161,8 +163,8 @@ class ThresholdedGuide(AmortizedGuide):
     def schedule(self, epoch, iteration):
         warmup = min(1.0, self.scale_warmup_start + self.scale_warmup_rate * iteration)
         self.scale_warmup.fill_(warmup if self.base == "laplace" else 1.0)
-        if self.threshold_warmup_epochs:
-            ramp = (epoch - self.threshold_warmup_start_epoch) / self.threshold_warmup_epochs
+        if self.threshold_ramp_epochs:
+            ramp = (epoch - self.threshold_warmup_start_epoch) / self.threshold_ramp_epochs
             self.threshold_warmup = min(1.0, max(_DENSE_THRESHOLD_FACTOR, ramp))
 
     def _encode(self, x, covariates=None):

@@ -157,7 +157,7 @@ def test_threshold_warmup_keeps_codes_dense_until_the_kl_warmup_ends():
     # None: the ramp lasts as long as the KL warm-up; a ramp that cannot end before max_epochs warns.
     guide = ThresholdedGuide(5, 3, hidden_dims=(4,), threshold_warmup_epochs=None)
     guide.check_schedule(kl_warmup_epochs=3, max_epochs=10)
-    assert guide.threshold_warmup_epochs == 3.0
+    assert (guide.threshold_ramp_epochs, guide.threshold_warmup_epochs) == (3.0, None)  # the option stays as given
     with pytest.warns(UserWarning, match="threshold warm-up ends at epoch 12"):
         ThresholdedGuide(5, 3, hidden_dims=(4,), threshold_warmup_epochs=None).check_schedule(6, 10)
     with pytest.raises(ValueError, match="threshold_warmup_epochs"):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from pyro_sparse.infer.config import Schedule
 from pyro_sparse.io import serialization
 
 CHECKPOINT_FILE = serialization.FileFormat("pyro_sparse.checkpoint", 1, "pyro_sparse training checkpoint")
@@ -200,7 +201,8 @@ def _check_same_run(saved, current, path):
         changed += [name for name in names if saved[part].get(name) != current[part].get(name)]
     # The default KL warm-up (and the threshold warm-up that follows it) lasts max_epochs / 4: a run extended
     # with the default would restart it part-way, so compare the lengths, not the options.
-    warmups = [_kl_warmup_epochs(run["training"]) for run in (saved, current)]
+    warmups = [Schedule(kl_warmup_epochs=run["training"].get("kl_warmup_epochs")).warmup_epochs(
+        run["training"]["max_epochs"]) for run in (saved, current)]
     if warmups[0] != warmups[1]:
         raise CheckpointError(
             f"{where} was written by a run whose KL warm-up lasts {warmups[0]:g} epochs; this one's would last "
@@ -213,8 +215,3 @@ def _check_same_run(saved, current, path):
             "resume with the settings the run started with (only max_epochs may change)"
         )
 
-
-def _kl_warmup_epochs(training):
-    """The KL warm-up length a recorded run trains with (``Schedule.warmup_epochs``)."""
-    recorded = training.get("kl_warmup_epochs")
-    return training["max_epochs"] / 4 if recorded is None else recorded

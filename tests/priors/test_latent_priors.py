@@ -170,13 +170,13 @@ def test_threshold_warmup_reaches_the_guide_through_train_and_survives_a_save(da
                                **options)
     # None: as long as the KL warm-up (max_epochs / 4), starting where it ends; done by the last epoch.
     guide = fitted.guide
-    assert (guide.threshold_warmup_start_epoch, guide.threshold_warmup_epochs, guide.threshold_warmup) == (1, 1, 1)
+    assert (guide.threshold_warmup_start_epoch, guide.threshold_ramp_epochs, guide.threshold_warmup) == (1, 1, 1)
     assert fitted.config["hyperparameters"]["threshold_warmup_epochs"] is None
     fitted.save(tmp_path / "model")
     loaded = pyro_sparse.load(tmp_path / "model")
     np.testing.assert_array_equal(loaded.transform(data.X), fitted.transform(data.X))
     assert pyro_sparse.train("ssl_dgm", data.X, latent_prior="thresholded_laplace",
-                             **options).guide.threshold_warmup_epochs == 0  # off unless asked for
+                             **options).guide.threshold_ramp_epochs == 0  # off unless asked for
 
 # ---------------------------------------------------- user priors, KL paths
 def test_a_user_prior_without_a_kl_trains_by_monte_carlo_and_says_so(data, caplog):
