@@ -39,8 +39,11 @@ class SparseDGM(nn.Module):
 
     :param int num_features: G.
     :param int latent_dim: K.
-    :param str likelihood: ``"gaussian"``, ``"multinomial"`` or ``"bernoulli"``.
-    :param tuple hidden_dims: widths of f_θ's hidden layers.
+    :param str likelihood: ``"gaussian"``, ``"multinomial"``, ``"bernoulli"`` or a count likelihood
+        (``"poisson"``, ``"negative_binomial"``, ``"zinb"``).
+    :param tuple hidden_dims: widths of f_θ's hidden layers (Table 6's three layers of 50; for count
+        likelihoods ``train`` defaults to one layer of 50 behind a three-layer encoder,
+        ``encoder_hidden_dims``).
     :param mask_prior: the prior of W, a :class:`~pyro_sparse.priors.SitePrior`
         (``train`` builds it from a name: ``"ssl"``, the Spike-and-Slab Lasso
         of Eq. 2 with ``lambda0, lambda1, a, b``, or ``"horseshoe"``, Appendix

@@ -59,6 +59,8 @@ _SUPPLIED = {
     # what a latent prior shares with its guide (LatentPrior.guide_options)
     "base", "threshold", "learn_threshold", "threshold_kl_weight",
 }
+# Network widths: the decoder's (the model's, and the encoder's unless set) and the encoder's.
+_WIDTHS = ("hidden_dims", "encoder_hidden_dims")
 _CUSTOM = "custom:"
 
 
@@ -92,11 +94,11 @@ def _custom_label(prior):
     return _CUSTOM + getattr(prior, "__qualname__", type(prior).__qualname__)
 
 
-def check_hidden_dims(hidden_dims):
+def check_hidden_dims(hidden_dims, name="hidden_dims"):
     if isinstance(hidden_dims, (str, bytes)) or not np.iterable(hidden_dims):
-        raise TypeError(f"hidden_dims must be a sequence of layer widths, e.g. (50, 50), got {hidden_dims!r}")
+        raise TypeError(f"{name} must be a sequence of layer widths, e.g. (50, 50), got {hidden_dims!r}")
     if not all(is_count(width) for width in hidden_dims):
-        raise ValueError(f"hidden_dims must hold positive integer widths, got {tuple(hidden_dims)!r}")
+        raise ValueError(f"{name} must hold positive integer widths, got {tuple(hidden_dims)!r}")
     return tuple(int(width) for width in hidden_dims)
 
 
@@ -151,14 +153,18 @@ class SVIModel:
     models without a decoder mask.  ``prior_defaults`` maps a registered
     latent prior's name to the options this model gives it where the user
     does not (e.g. a code scale that suits the model rather than the prior's
-    own defaults).
+    own defaults); ``count_networks`` gives the decoder and encoder widths
+    (``hidden_dims``, ``encoder_hidden_dims``) for count likelihoods, used when
+    the user sets no ``hidden_dims``.
     """
 
     def __init__(self, model, summary, latent_prior="normal", mask_prior=None, elbo=TraceMeanField_ELBO,
-                 training_defaults=None, prior_defaults=None):
+                 training_defaults=None, prior_defaults=None, count_networks=None):
         self.model, self.summary, self.elbo = model, summary, elbo
         self.latent_prior, self.mask_prior = latent_prior, mask_prior
         self.prior_defaults = {name: dict(options) for name, options in (prior_defaults or {}).items()}
+        # ``hidden_dims`` / ``encoder_hidden_dims`` for count likelihoods when the user sets no ``hidden_dims``.
+        self.count_networks = dict(count_networks or {})
         # What ``train`` uses for its settings left at None (``lr`` and config objects).
         self.training_defaults = dict(training_defaults or {})
 
@@ -170,6 +176,7 @@ class SVIModel:
         priors (default: the model's): the model's own, the priors', then the guide's.
         """
         names = [p for p in _parameters(self.model) if p not in _SUPPLIED - {"hidden_dims"}]
+        names += ["encoder_hidden_dims"]
         names += [p for p in PRIOR_ARGUMENTS if p in _parameters(self.model)]
         latent_prior = self.latent_prior if latent_prior is None else latent_prior
         if isinstance(latent_prior, str):
@@ -205,9 +212,12 @@ class SVIModel:
         ``resolve_options(hyper, feature_names)`` records them (e.g. gene sets
         aligned to the features, in JSON).
         """
-        hyper = dict(hyper)
-        if "hidden_dims" in hyper:
-            hyper["hidden_dims"] = check_hidden_dims(hyper["hidden_dims"])
+        hyper = {k: v for k, v in hyper.items() if not (k in _WIDTHS and v is None)}  # None: the default
+        if likelihood in COUNT_LIKELIHOODS and "hidden_dims" not in hyper:
+            hyper = {**self.count_networks, **hyper}
+        for name in _WIDTHS:
+            if name in hyper:
+                hyper[name] = check_hidden_dims(hyper[name], name)
         mask_prior = hyper.get("mask_prior", self.mask_prior)
         if self.mask_prior is not None and isinstance(mask_prior, str):
             resolve_options = getattr(_named("mask_prior", mask_prior, MASK_PRIORS), "resolve_options", None)
@@ -242,7 +252,7 @@ class SVIModel:
         latent_prior = hyper.get("latent_prior", self.latent_prior)
         mask_prior = hyper.get("mask_prior", self.mask_prior)
         classes = self._option_classes(hyper)
-        defaults = {"latent_prior": self.latent_prior}
+        defaults = {"latent_prior": self.latent_prior, "encoder_hidden_dims": None}
         if self.mask_prior is not None:
             defaults["mask_prior"] = self.mask_prior
         if isinstance(latent_prior, str):
@@ -323,7 +333,7 @@ class SVIModel:
         return guide_class(
             summary.num_features,
             model.latent_dim,
-            hidden_dims=model.hidden_dims,
+            hidden_dims=model.hidden_dims if hyper.get("encoder_hidden_dims") is None else hyper["encoder_hidden_dims"],
             point_estimates={**model.point_estimate_sites(summary.feature_variances),
                              **latent_prior.point_estimate_sites()},
             log1p_input=likelihood == "multinomial" or likelihood in COUNT_LIKELIHOODS,

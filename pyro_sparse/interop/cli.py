@@ -185,8 +185,9 @@ def _fit(args, X, default_likelihood):
     for key in ("lambda0", "lambda1", "beta", "latent_prior", "mask_prior"):
         if getattr(args, key) is not None:
             hyper[key] = getattr(args, key)
-    if args.hidden_dims:
-        hyper["hidden_dims"] = args.hidden_dims
+    for key in ("hidden_dims", "encoder_hidden_dims"):
+        if getattr(args, key):
+            hyper[key] = getattr(args, key)
     return train(
         args.model, X, layer=args.layer, batch_key=args.batch_key, latent_dim=args.latent_dim,
         likelihood=args.likelihood or default_likelihood, max_epochs=args.epochs, batch_size=args.batch_size,
@@ -275,7 +276,10 @@ def build_parser():
         help="default: the data set's for a real data set (e.g. negative_binomial for cell counts), else gaussian",
     )
     fit.add_argument("--latent-dim", type=int, default=5)
-    fit.add_argument("--hidden-dims", type=_widths, default=None, help="comma-separated widths, e.g. 50,50,50")
+    fit.add_argument("--hidden-dims", type=_widths, default=None,
+                     help="comma-separated widths of the decoder's hidden layers (and the encoder's), e.g. 50,50,50")
+    fit.add_argument("--encoder-hidden-dims", type=_widths, default=None,
+                     help="the encoder's widths, if not those of --hidden-dims")
     fit.add_argument("--epochs", type=int, default=200)
     fit.add_argument("--batch-size", type=int, default=100)
     fit.add_argument("--lr", type=float, default=0.01)

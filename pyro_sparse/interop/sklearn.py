@@ -203,7 +203,8 @@ class SparseVAE(SVIEstimator):
     Sparse VAE of Moran et al. (2022) (model ``ssl_dgm``): a Spike-and-Slab
     Lasso prior on the per-feature decoder mask W.
 
-    Parameters are those of :func:`pyro_sparse.train` for ``ssl_dgm``.  Only
+    Parameters are those of :func:`pyro_sparse.train` for ``ssl_dgm``
+    (``hidden_dims=None``: the model's default for the likelihood).  Only
     the hyperparameters most often tuned are listed; the rest of ``train``'s
     arguments for this model (``mask_prior``, ``prior_covariance``, ``noise_nu``,
     the ``optimization`` / ``schedule`` / ... configs) go in ``model_options``,
@@ -225,7 +226,7 @@ class SparseVAE(SVIEstimator):
         self,
         latent_dim=5,
         *,
-        hidden_dims=(50, 50, 50),
+        hidden_dims=None,
         lambda0=10.0,
         lambda1=1.0,
         a=1.0,
