@@ -24,8 +24,8 @@ UNIT_SCALE_THRESHOLDED = {
 
 #: Registered models by name: the values ``train(model=...)`` accepts.
 MODELS = {
-    # For counts, a decoder of one hidden layer (scVI's depth) behind Table 6's three-layer encoder: on CITE-seq
-    # half the time and higher cell-type accuracy than three decoder layers, at a denser W
+    # For counts (poisson, NB, ZINB), a decoder of one hidden layer (scVI's depth) behind Table 6's three-layer
+    # encoder: on CITE-seq half the time and higher cell-type accuracy than three decoder layers, at a denser W
     # (docs/results/single_cell.rst, "Count defaults").
     "ssl_dgm": SVIModel(SparseDGM, "sparse VAE with a Spike-and-Slab Lasso decoder mask (Moran et al. 2022)",
                         mask_prior="ssl", prior_defaults=UNIT_SCALE_THRESHOLDED,

@@ -218,6 +218,10 @@ class SVIModel:
         for name in _WIDTHS:
             if name in hyper:
                 hyper[name] = check_hidden_dims(hyper[name], name)
+        if hyper.get("encoder_hidden_dims") == ():
+            raise ValueError("encoder_hidden_dims needs at least one hidden layer, e.g. (50,)")
+        if "encoder_hidden_dims" in hyper and hyper.get("decoder") == "conv":
+            raise ValueError("encoder_hidden_dims sets the MLP encoder's widths; decoder='conv' uses the conv encoder")
         mask_prior = hyper.get("mask_prior", self.mask_prior)
         if self.mask_prior is not None and isinstance(mask_prior, str):
             resolve_options = getattr(_named("mask_prior", mask_prior, MASK_PRIORS), "resolve_options", None)
@@ -399,6 +403,8 @@ class SVIModel:
         _warn_batch_size(settings.batch_size, train_data.num_data)
         hyper = self.resolve(train_data.summary, dataset.likelihood, hyper, dataset.feature_names)
         hyper = {**self.defaults(hyper), **hyper}
+        if hyper["encoder_hidden_dims"] is None and hyper.get("hidden_dims") is not None:
+            hyper["encoder_hidden_dims"] = hyper["hidden_dims"]  # recorded as the widths the encoder gets
         custom_priors = {k: hyper[k] for k in PRIOR_ARGUMENTS if k in hyper and not isinstance(hyper[k], str)}
         config = self._config(name, dataset, train_data, latent_dim, hyper, custom_priors, settings)
         model, guide, elbo = self.assemble(config, device, custom_priors)

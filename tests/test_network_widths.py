@@ -34,7 +34,7 @@ def test_other_likelihoods_and_models_keep_table_6_for_both_networks(counts):
     for fitted in (gaussian, vae):
         assert fitted.model.hidden_dims == (50, 50, 50)
         assert encoder_widths(fitted) == [50, 50, 50]
-        assert fitted.config["hyperparameters"]["encoder_hidden_dims"] is None
+        assert fitted.config["hyperparameters"]["encoder_hidden_dims"] == [50, 50, 50]  # what the encoder got
 
 
 def test_hidden_dims_sets_both_networks_and_encoder_hidden_dims_the_encoder_alone(counts):
@@ -62,15 +62,44 @@ def test_widths_are_saved_and_files_without_encoder_widths_load_as_before(counts
                                atol=1e-6)
 
 
-@pytest.mark.parametrize("widths, error", [("50", TypeError), ((50, 0), ValueError), ((2.5,), ValueError)])
-def test_bad_encoder_widths_are_named(counts, widths, error):
-    with pytest.raises(error, match="encoder_hidden_dims"):
+@pytest.mark.parametrize("widths, error, message", [
+    ("50", TypeError, "encoder_hidden_dims must be a sequence"),
+    ((50, 0), ValueError, "encoder_hidden_dims must hold positive integer"),
+    ((2.5,), ValueError, "encoder_hidden_dims must hold positive integer"),
+    ((), ValueError, "encoder_hidden_dims needs at least one hidden layer"),
+])
+def test_bad_encoder_widths_are_named(counts, widths, error, message):
+    with pytest.raises(error, match=message):
         pyro_sparse.train("ssl_dgm", counts, likelihood="negative_binomial", encoder_hidden_dims=widths, **TINY)
 
 
-def test_the_estimator_and_the_cli_reach_the_count_widths(counts, tmp_path):
+def test_the_conv_encoder_refuses_encoder_widths():
+    images = np.random.default_rng(0).random((20, 784)).astype(np.float32)
+    with pytest.raises(ValueError, match="decoder='conv' uses the conv encoder"):
+        pyro_sparse.train("tvsc", images, decoder="conv", encoder_hidden_dims=(10,), **{**TINY, "batch_size": 10})
+
+
+def test_a_count_run_resumes_with_the_same_arguments_and_names_a_changed_width(counts, tmp_path):
+    from pyro_sparse import Checkpointing, Schedule
+    from pyro_sparse.infer.checkpoints import CheckpointError
+
+    options = dict(TINY, likelihood="negative_binomial", schedule=Schedule(kl_warmup_epochs=1))
+    pyro_sparse.train("ssl_dgm", counts, checkpointing=Checkpointing(path=tmp_path / "run.ckpt"), **options)
+    resumed = pyro_sparse.train("ssl_dgm", counts, checkpointing=Checkpointing(resume_from=tmp_path / "run.ckpt"),
+                                **{**options, "max_epochs": 2})
+    assert resumed.model.hidden_dims == (50,)
+    with pytest.raises(CheckpointError, match=r"hidden_dims: \[50\] in the checkpoint, \[50, 50, 50\] now"):
+        pyro_sparse.train("ssl_dgm", counts, checkpointing=Checkpointing(resume_from=tmp_path / "run.ckpt"),
+                          hidden_dims=(50, 50, 50), **{**options, "max_epochs": 2})
+
+
+def test_the_estimators_and_the_cli_reach_the_default_widths(counts, tmp_path):
     estimator = SparseVAE(latent_dim=2, likelihood="negative_binomial", max_epochs=1).fit(counts)
     assert estimator.fitted_.model.hidden_dims == (50,)
+    from pyro_sparse.interop.sklearn import ThresholdedVSC
+
+    # hidden_dims=None is the model's own default (it was refused before the widths were resolved in one place)
+    assert ThresholdedVSC(latent_dim=2, max_epochs=1).fit(np.log1p(counts)).fitted_.model.hidden_dims == (256,)
     from pyro_sparse.interop.cli import main
 
     np.save(tmp_path / "logcounts.npy", np.log1p(counts))

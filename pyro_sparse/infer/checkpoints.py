@@ -193,12 +193,14 @@ def _check_same_run(saved, current, path):
             f"{where} was trained on different data of the same shape (feature means or variances differ); "
             "resume with the data the run started on"
         )
-    changed = [name for name in ("latent_dim", "likelihood") if saved[name] != current[name]]
+    changed = [(name, saved[name], current[name]) for name in ("latent_dim", "likelihood")
+               if saved[name] != current[name]]
     for part in ("hyperparameters", "training"):
         names = sorted((saved[part].keys() | current[part].keys()) - {"max_epochs", "kl_warmup_epochs"})
         if part == "hyperparameters":
             names = [name for name in names if name in saved[part]]  # older files record the user's options only
-        changed += [name for name in names if saved[part].get(name) != current[part].get(name)]
+        changed += [(name, saved[part].get(name), current[part].get(name)) for name in names
+                    if saved[part].get(name) != current[part].get(name)]
     # The default KL warm-up (and the threshold warm-up that follows it) lasts max_epochs / 4: a run extended
     # with the default would restart it part-way, so compare the lengths, not the options.
     warmups = [Schedule(kl_warmup_epochs=run["training"].get("kl_warmup_epochs")).warmup_epochs(
@@ -210,8 +212,10 @@ def _check_same_run(saved, current, path):
             f"schedule=Schedule(kl_warmup_epochs={warmups[0]:g}) to change max_epochs"
         )
     if changed:
+        differences = "; ".join(f"{name}: {old!r} in the checkpoint, {new!r} now" for name, old, new in changed)
         raise CheckpointError(
-            f"{where} was written by a run with different settings ({', '.join(changed)}); "
-            "resume with the settings the run started with (only max_epochs may change)"
+            f"{where} was written by a run with different settings ({differences}); resume with the settings the "
+            "run started with (only max_epochs may change; where you left an option at its default, the default "
+            "may have changed since: pass the checkpoint's value)"
         )
 

@@ -90,7 +90,7 @@ class MaskedDecoder(Decoder):
                  covariate_dim=0):
         super().__init__()
         if not hidden_dims:
-            raise ValueError("MaskedDecoder needs at least one hidden layer")
+            raise ValueError("the sparse decoder needs at least one hidden layer: hidden_dims=() is not allowed")
         self.num_features, self.latent_dim = num_features, latent_dim
         self.hidden_dims = tuple(hidden_dims)
         self.memory_budget_bytes, self.block_bytes = memory_budget_bytes, block_bytes

@@ -222,8 +222,9 @@ def test_a_checkpoint_of_another_run_is_refused(X, tmp_path):
         (dict(data=X[:, :6]), "data with 7 features, this data has 6"),
         (dict(data=X[:150]), "200 training points, this run has 150"),
         (dict(schedule=replace(WARMUP, validation_fraction=0.2)), "validation_fraction"),
-        (dict(lambda0=20.0), r"different settings \(lambda0\)"),
-        (dict(seed=1, latent_dim=4), r"different settings \(latent_dim, seed\)"),
+        (dict(lambda0=20.0), r"different settings \(lambda0: 10.0 in the checkpoint, 20.0 now\)"),
+        (dict(seed=1, latent_dim=4), r"different settings \(latent_dim: 3 in the checkpoint, 4 now; seed: 0 in "
+                                    r"the checkpoint, 1 now\)"),
         (dict(data=X + 1.0), "different data of the same shape"),
     ]
     for change, message in cases:
@@ -385,7 +386,7 @@ def test_a_checkpoint_of_a_run_on_another_number_of_processes_is_refused(X, tmp_
     run = config["run"]
     assert run["training"]["processes"] == 1
     on_two = {**run, "training": {**run["training"], "processes": 2}}
-    with pytest.raises(CheckpointError, match=r"different settings \(processes\)"):
+    with pytest.raises(CheckpointError, match=r"different settings \(processes: 1 in the checkpoint, 2 now\)"):
         checkpoints._check_same_run(run, on_two, path)
 
 
@@ -401,5 +402,5 @@ def test_a_checkpoint_that_records_only_the_users_options_resumes(X, tmp_path):
     older = {**run, "hyperparameters": {"lambda0": 12.0}}
     checkpoints._check_same_run(older, run, path)
     changed = {**run, "hyperparameters": {**run["hyperparameters"], "lambda0": 20.0}}
-    with pytest.raises(CheckpointError, match=r"different settings \(lambda0\)"):
+    with pytest.raises(CheckpointError, match=r"different settings \(lambda0: 12.0 in the checkpoint, 20.0 now\)"):
         checkpoints._check_same_run(older, changed, path)
