@@ -79,6 +79,12 @@ class SparseDGM(nn.Module):
         default: ``max(128, G // 4)`` genes per step (passing
         ``feature_subsample_size=None`` turns it off).  Measured: docs/results/speed.rst,
         "Time to heldout quality".
+    :param float feature_subsample_end_fraction: decode every feature again for
+        this last fraction of ``max_epochs`` (0: subsample to the end).  The
+        :math:`G/|S|`-scaled estimate is unbiased but noisy, and the fit ends where that
+        noise leaves it; a few full epochs at the end settle it, as a larger batch
+        would.  With ``train``'s default subsampling for counts: 0.1
+        (docs/results/single_cell.rst, "Count defaults").
     :param int covariate_dim: C, covariates given with the data (set by ``train``).
     :param int num_batches: categories of the batch covariate (set by ``train``).
     :param str dispersion: ``"gene"`` or ``"gene-batch"``: the inverse
@@ -104,6 +110,7 @@ class SparseDGM(nn.Module):
         memory_budget_bytes=2**30,
         feature_subsample_size=None,
         feature_subsample_start_epoch=None,
+        feature_subsample_end_fraction=0.0,
         covariate_dim=0,
         num_batches=1,
         dispersion="gene",
@@ -125,6 +132,14 @@ class SparseDGM(nn.Module):
                 raise ValueError("feature_subsample_start_epoch needs feature_subsample_size")
             feature_subsample_start_epoch = float(feature_subsample_start_epoch)
         self.feature_subsample_start_epoch = feature_subsample_start_epoch
+        if not 0.0 <= feature_subsample_end_fraction < 1.0:
+            raise ValueError(
+                f"feature_subsample_end_fraction must be in [0, 1), got {feature_subsample_end_fraction!r}"
+            )
+        if feature_subsample_end_fraction > 0 and feature_subsample_size is None:
+            raise ValueError("feature_subsample_end_fraction needs feature_subsample_size")
+        self.feature_subsample_end_fraction = float(feature_subsample_end_fraction)
+        self.feature_subsample_end_epoch = float("inf")  # set from max_epochs by check_schedule()
         self.epoch = 0.0  # of training, set by schedule()
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
@@ -155,7 +170,8 @@ class SparseDGM(nn.Module):
         (Appendix C.2); for counts of many genes, feature subsampling.
         """
         if likelihood in COUNT_LIKELIHOODS and "feature_subsample_size" not in hyper and summary.num_features >= 256:
-            return {**hyper, "feature_subsample_size": max(128, summary.num_features // 4)}
+            return {"feature_subsample_end_fraction": 0.1, **hyper,
+                    "feature_subsample_size": max(128, summary.num_features // 4)}
         if likelihood != "gaussian":
             return hyper
         return calibrated_noise_xi(hyper, summary.feature_variances)
@@ -193,8 +209,13 @@ class SparseDGM(nn.Module):
     def check_schedule(self, kl_warmup_epochs, max_epochs):
         """
         Before training: start feature subsampling two epochs after the KL
-        warm-up unless told otherwise, and warn when told to start before it ends.
+        warm-up unless told otherwise, warn when told to start before it ends,
+        and end it ``feature_subsample_end_fraction`` of ``max_epochs`` before the end.
         """
+        self.feature_subsample_end_epoch = (
+            max_epochs * (1.0 - self.feature_subsample_end_fraction) if self.feature_subsample_end_fraction > 0
+            else float("inf")
+        )
         if self.feature_subsample_start_epoch is None:
             self.feature_subsample_start_epoch = kl_warmup_epochs + 2.0
         elif self.feature_subsample_size is not None and self.feature_subsample_start_epoch < kl_warmup_epochs:
@@ -213,11 +234,13 @@ class SparseDGM(nn.Module):
         """
         The features whose likelihood terms this pass evaluates: a uniform
         random subset of ``feature_subsample_size`` while training from
-        ``feature_subsample_start_epoch`` on, ``None`` (all G) otherwise, so
-        evaluation always uses every feature.
+        ``feature_subsample_start_epoch`` until the last
+        ``feature_subsample_end_fraction`` of the epochs, ``None`` (all G)
+        otherwise, so evaluation always uses every feature.
         """
         start = self.feature_subsample_start_epoch or 0.0  # None until train() plans it: from the start
-        subsampling = self.feature_subsample_size is not None and self.epoch >= start
+        subsampling = (self.feature_subsample_size is not None
+                       and start <= self.epoch < self.feature_subsample_end_epoch)
         if not self.training or not subsampling:
             return None
         return torch.randperm(self.num_features, device=device)[: self.feature_subsample_size]

@@ -125,6 +125,42 @@ def test_training_schedules_the_subsampling_start(monkeypatch):
     assert visited[-4:] == [7, 7, 4, 4] and len(visited) <= 5
 
 
+def test_the_last_fraction_of_the_epochs_decodes_every_feature_again(monkeypatch):
+    visited = []
+    original = SparseDGM.visited_features
+
+    def recording(self, device):
+        features = original(self, device)
+        if self.training:
+            visited.append(self.num_features if features is None else len(features))
+        return features
+
+    monkeypatch.setattr(SparseDGM, "visited_features", recording)
+    train = synthetic_sparse_dgm(n=200, rho=0.0, seed=0)
+    pyro_sparse.train("ssl_dgm", train.X, latent_dim=3, max_epochs=4, batch_size=100, progress=False,
+                      feature_subsample_size=4, feature_subsample_start_epoch=1, feature_subsample_end_fraction=0.25)
+    # Epoch 0 on every feature, epochs 1-2 on 4 of them, the last quarter (epoch 3) on every feature again.
+    assert visited[-8:] == [7, 7, 4, 4, 4, 4, 7, 7]
+
+
+def test_counts_of_many_genes_subsample_with_a_full_finish():
+    from pyro_sparse.data import DataSummary
+
+    summary = DataSummary(100, 300, np.ones(300), np.ones(300))
+    assert SparseDGM.data_defaults(summary, "negative_binomial", {}) == {
+        "feature_subsample_size": 128, "feature_subsample_end_fraction": 0.1}
+    # A user's own subsampling keeps the user's (default: subsample to the end).
+    assert SparseDGM.data_defaults(summary, "negative_binomial", {"feature_subsample_size": 50}) == {
+        "feature_subsample_size": 50}
+
+
+@pytest.mark.parametrize("fraction, size, message", [(1.0, SUBSET, r"in \[0, 1\)"), (-0.1, SUBSET, r"in \[0, 1\)"),
+                                                     (0.1, None, "needs feature_subsample_size")])
+def test_bad_subsample_end_fraction_is_refused(fraction, size, message):
+    with pytest.raises(ValueError, match=message):
+        SparseDGM(NUM_FEATURES, feature_subsample_size=size, feature_subsample_end_fraction=fraction)
+
+
 @pytest.mark.parametrize("start, warns", [(0, True), (1.5, True), (2, False)])
 def test_subsampling_before_the_kl_warmup_ends_warns(start, warns):
     train = synthetic_sparse_dgm(n=100, rho=0.0, seed=0)
