@@ -105,9 +105,8 @@ def test_subsampling_starts_at_the_scheduled_epoch():
         assert trace.nodes["x"]["scale"] == NUM_FEATURES / visited
 
 
-def test_training_schedules_the_subsampling_start(monkeypatch):
-    # Through train(): the loop calls schedule() before each step, so the
-    # first epoch decodes every feature and the second only the subset.
+def features_per_training_pass(monkeypatch, **options):
+    """How many features each training pass of a small ``train`` run decodes (batches of 100 of 200 points)."""
     visited = []
     original = SparseDGM.visited_features
 
@@ -119,26 +118,21 @@ def test_training_schedules_the_subsampling_start(monkeypatch):
 
     monkeypatch.setattr(SparseDGM, "visited_features", recording)
     train = synthetic_sparse_dgm(n=200, rho=0.0, seed=0)
-    pyro_sparse.train("ssl_dgm", train.X, latent_dim=3, max_epochs=2, batch_size=100, progress=False,
-                      feature_subsample_size=4, feature_subsample_start_epoch=1)
+    pyro_sparse.train("ssl_dgm", train.X, latent_dim=3, batch_size=100, progress=False, feature_subsample_size=4,
+                      feature_subsample_start_epoch=1, **options)
+    return visited
+
+
+def test_training_schedules_the_subsampling_start(monkeypatch):
+    # Through train(): the loop calls schedule() before each step, so the
+    # first epoch decodes every feature and the second only the subset.
+    visited = features_per_training_pass(monkeypatch, max_epochs=2)
     # Two steps per epoch; before them, train() traces the model once to report its KL terms.
     assert visited[-4:] == [7, 7, 4, 4] and len(visited) <= 5
 
 
 def test_the_last_fraction_of_the_epochs_decodes_every_feature_again(monkeypatch):
-    visited = []
-    original = SparseDGM.visited_features
-
-    def recording(self, device):
-        features = original(self, device)
-        if self.training:
-            visited.append(self.num_features if features is None else len(features))
-        return features
-
-    monkeypatch.setattr(SparseDGM, "visited_features", recording)
-    train = synthetic_sparse_dgm(n=200, rho=0.0, seed=0)
-    pyro_sparse.train("ssl_dgm", train.X, latent_dim=3, max_epochs=4, batch_size=100, progress=False,
-                      feature_subsample_size=4, feature_subsample_start_epoch=1, feature_subsample_end_fraction=0.25)
+    visited = features_per_training_pass(monkeypatch, max_epochs=4, feature_subsample_end_fraction=0.25)
     # Epoch 0 on every feature, epochs 1-2 on 4 of them, the last quarter (epoch 3) on every feature again.
     assert visited[-8:] == [7, 7, 4, 4, 4, 4, 7, 7]
 
