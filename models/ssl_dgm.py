@@ -212,10 +212,7 @@ class SparseDGM(nn.Module):
         warm-up unless told otherwise, warn when told to start before it ends,
         and end it ``feature_subsample_end_fraction`` of ``max_epochs`` before the end.
         """
-        self.feature_subsample_end_epoch = (
-            max_epochs * (1.0 - self.feature_subsample_end_fraction) if self.feature_subsample_end_fraction > 0
-            else float("inf")
-        )
+        self.feature_subsample_end_epoch = max_epochs * (1.0 - self.feature_subsample_end_fraction)
         if self.feature_subsample_start_epoch is None:
             self.feature_subsample_start_epoch = kl_warmup_epochs + 2.0
         elif self.feature_subsample_size is not None and self.feature_subsample_start_epoch < kl_warmup_epochs:

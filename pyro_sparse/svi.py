@@ -256,7 +256,7 @@ class SVIModel:
         latent_prior = hyper.get("latent_prior", self.latent_prior)
         mask_prior = hyper.get("mask_prior", self.mask_prior)
         classes = self._option_classes(hyper)
-        defaults = {"latent_prior": self.latent_prior, "encoder_hidden_dims": None}
+        defaults = {"latent_prior": self.latent_prior}
         if self.mask_prior is not None:
             defaults["mask_prior"] = self.mask_prior
         if isinstance(latent_prior, str):
@@ -403,8 +403,7 @@ class SVIModel:
         _warn_batch_size(settings.batch_size, train_data.num_data)
         hyper = self.resolve(train_data.summary, dataset.likelihood, hyper, dataset.feature_names)
         hyper = {**self.defaults(hyper), **hyper}
-        if hyper["encoder_hidden_dims"] is None and hyper.get("hidden_dims") is not None:
-            hyper["encoder_hidden_dims"] = hyper["hidden_dims"]  # recorded as the widths the encoder gets
+        hyper.setdefault("encoder_hidden_dims", hyper.get("hidden_dims"))  # recorded: the widths the encoder gets
         custom_priors = {k: hyper[k] for k in PRIOR_ARGUMENTS if k in hyper and not isinstance(hyper[k], str)}
         config = self._config(name, dataset, train_data, latent_dim, hyper, custom_priors, settings)
         model, guide, elbo = self.assemble(config, device, custom_priors)
