@@ -287,8 +287,10 @@ def markdown(result, args):
     lines.append("")
     for model, seconds in timing["seconds_to_vae_final"].items():
         ratios = ", ".join("–" if r is None else f"{r:.2f}x" for r in timing["ratio_per_seed"][model])
-        lines.append(f"* {model}: " + (f"{seconds:.0f} s ({seconds / timing['vae_seconds']:.2f}x)" if seconds else
-                                       "not reached") + f"; per seed against that seed's VAE: {ratios}")
+        final = timing["mean_curves"][model][-1]
+        reached = (f"{seconds:.0f} s ({seconds / timing['vae_seconds']:.2f}x)" if seconds is not None else
+                   f"not reached (final {final['heldout_ll']:.2f} after {final['seconds']:.0f} s)")
+        lines.append(f"* {model}: {reached}; per seed against that seed's VAE: {ratios}")
     lines.append("")
     if "scvi" in result:
         lines += ["## scvi-tools on the same split (seed 0)", "",

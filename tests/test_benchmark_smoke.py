@@ -150,8 +150,39 @@ def test_single_cell_counts_quick(tmp_path):
     timing = results["time"]
     assert [p["epoch"] for p in timing["mean_curves"]["vae"]] == [2, 3]
     final = next(row for row in results["models"] if row["model"] == "vae")
-    assert timing["vae_final"] == final["heldout_ll"]  # the models part's full-length fit, not refitted
+    # The models part's full-length fit, not refitted: a refit would have its own CPU time.
+    assert timing["curves"]["vae"][0][-1] == {"epoch": 3, "seconds": final["seconds"], "heldout_ll": final["heldout_ll"]}
     assert set(timing["ratio_per_seed"]) == set(timing["seconds_to_vae_final"]) >= {"ssl_dgm"}
+    assert len(timing["ratio_per_seed"]["ssl_dgm"]) == 1
+
+
+def test_single_cell_time_compares_mean_curves_and_each_seed_with_its_own_vae(monkeypatch):
+    spec = importlib.util.spec_from_file_location("single_cell_counts", os.path.join(REPO, "benchmarks",
+                                                                                     "single_cell_counts.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # (seconds, heldout LL) at 10 and 20 epochs per model and seed; the 20-epoch points are the models part's rows.
+    points = {("vae", 0): [(1, -12), (2, -10)], ("vae", 1): [(1, -13), (4, -12)],
+              ("ssl_dgm", 0): [(3, -10.5), (6, -9)], ("ssl_dgm", 1): [(3, -11), (6, -10)],
+              ("ssl_dgm, three decoder layers", 0): [(5, -20), (9, -19)],
+              ("ssl_dgm, three decoder layers", 1): [(5, -20), (9, -19)]}
+
+    def fake_curve(model, adata, train, test, args, seed, final):
+        assert final == {"model": model, "seed": seed, "seconds": points[model, seed][1][0],
+                         "heldout_ll": points[model, seed][1][1]}
+        return [{"epoch": 10, "seconds": points[model, seed][0][0], "heldout_ll": points[model, seed][0][1]},
+                {"epoch": 20, "seconds": final["seconds"], "heldout_ll": final["heldout_ll"]}]
+
+    monkeypatch.setattr(module, "curve", fake_curve)
+    rows = [{"model": m, "seed": s, "seconds": p[1][0], "heldout_ll": p[1][1]} for (m, s), p in points.items()]
+    timing = module.run_time(None, None, None, type("Args", (), {"seeds": 2})(), rows)
+    assert timing["vae_final"] == -11 and timing["vae_seconds"] == 3
+    # Mean curves: the VAE ends at -11 after 3 s; the sparse VAE is at -10.75 after 3 s, above it.
+    assert timing["mean_curves"]["ssl_dgm"] == [{"epoch": 10, "seconds": 3, "heldout_ll": -10.75},
+                                                {"epoch": 20, "seconds": 6, "heldout_ll": -9.5}]
+    assert timing["seconds_to_vae_final"] == {"ssl_dgm": 3, "ssl_dgm, three decoder layers": None}
+    # Seed 0: -10.5 < -10 at 3 s, -9 at 6 s -> 6 / 2; seed 1: -11 >= -12 at 3 s -> 3 / 4.
+    assert timing["ratio_per_seed"] == {"ssl_dgm": [3.0, 0.75], "ssl_dgm, three decoder layers": [None, None]}
 
 
 def test_posterior_checks_smoke(tmp_path):
