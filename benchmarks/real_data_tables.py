@@ -253,11 +253,11 @@ def cell_type_prediction(fitted, X_train, y_train, X_test, y_test):
 def decoder_sensitivity(fitted, X, delta=2.0):
     """|log E[x_j | z = +δ e_k] - log E[x_j | z = -δ e_k]| (G, K): which features factor k moves, for models without W."""
     K = fitted.config["latent_dim"]
-    x = torch.as_tensor(X[:K], dtype=torch.float32)
-    codes = torch.eye(K) * delta
+    x = torch.as_tensor(X[:K], dtype=torch.float32, device=fitted.device)
+    codes = torch.eye(K, device=fitted.device) * delta
     up = expected_observation(fitted.model, fitted.guide, x, codes)
     down = expected_observation(fitted.model, fitted.guide, x, -codes)
-    return (up.log() - down.log()).abs().T.numpy()
+    return (up.log() - down.log()).abs().T.cpu().numpy()
 
 
 def top_factors(label, fitted, X_train, names, num_factors=8, num_features=5):

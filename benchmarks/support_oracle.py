@@ -109,7 +109,7 @@ class ExploredSSL(SpikeSlabLassoPrior):
             self.average_gradient.zero_()  # re-entry needs the averaged gradient to beat the penalty afresh
             self.update(mask)
         if self.support is not None:
-            mask.masked_fill_(~self.support, 0.0)
+            mask.masked_fill_(~self.support.to(mask.device), 0.0)
             self.update(mask)
         if self.record_every and self.num_steps.item() % self.record_every == 0:
             self.trajectory.append(int((self.inclusion_probs > 0.5).sum()))

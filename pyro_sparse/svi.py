@@ -83,7 +83,9 @@ def _options(cls, hyper):
 
 
 def _jsonable(value):
-    """Plain Python values for the JSON configuration (numpy scalars and arrays included)."""
+    """Plain Python values for the JSON configuration (numpy scalars and arrays, and tensors on any device)."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
     if isinstance(value, (tuple, list, np.ndarray, torch.Tensor, np.generic)):
         return np.asarray(value).tolist()
     return value

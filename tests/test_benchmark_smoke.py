@@ -156,6 +156,14 @@ def test_single_cell_counts_quick(tmp_path):
     assert len(timing["ratio_per_seed"]["ssl_dgm"]) == 1
 
 
+def test_gpu_fit_time_quick(tmp_path):
+    # CI has no GPU: the quick run on the CPU (all threads and one) checks the script and its table.
+    run_script("gpu_fit_time.py", "--quick", "--devices", "cpu,cpu1", "--models", "vae", "--out", str(tmp_path))
+    results = check_outputs(str(tmp_path / "gpu_fit_time_quick"), [])
+    assert [(row["device"], row["batch_size"]) for row in results["rows"]] == [("cpu", 100), ("cpu1", 100)]
+    assert all(row["seconds"] > 0 and math.isfinite(row["heldout_ll"]) for row in results["rows"])
+
+
 def test_single_cell_time_compares_mean_curves_and_each_seed_with_its_own_vae(monkeypatch):
     spec = importlib.util.spec_from_file_location("single_cell_counts", os.path.join(REPO, "benchmarks",
                                                                                      "single_cell_counts.py"))

@@ -15,6 +15,8 @@ from pyro_sparse.distributions.thresholded import thresholded_laplace_kl
 from pyro_sparse.guides import ThresholdedGuide
 
 QUICK = dict(latent_dim=8, max_epochs=3, batch_size=100, lr=1e-3, hidden_dims=(32,), progress=False)
+# For tests that feed CPU tensors to the fitted guide and model themselves (QUICK fits on CUDA where there is one).
+ON_CPU = {**QUICK, "device": "cpu"}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def test_variants_train_and_give_exactly_sparse_codes(digits, options):
 
 
 def test_laplace_gate_is_prop_3_1(digits):
-    fitted = pyro_sparse.train("tvsc", digits, **QUICK)
+    fitted = pyro_sparse.train("tvsc", digits, **ON_CPU)
     posterior = fitted.guide.posterior(torch.as_tensor(digits[:30])).base_dist
     expected = torch.exp(-posterior.threshold / posterior.scale)
     np.testing.assert_allclose(fitted.spike_probabilities(digits[:30]), expected.detach().numpy(), rtol=1e-5)
@@ -55,7 +57,7 @@ def test_laplace_gate_is_prop_3_1(digits):
 @pytest.mark.parametrize("kl", [None, "exact", "augmented", "base"])
 def test_z_kl_is_the_chosen_kl_weighted_by_beta(digits, kl):
     """``kl=None``: the default, the true KL of the thresholded laws."""
-    fitted = pyro_sparse.train("tvsc", digits, beta=0.3, **({} if kl is None else {"kl": kl}), **QUICK)
+    fitted = pyro_sparse.train("tvsc", digits, beta=0.3, **({} if kl is None else {"kl": kl}), **ON_CPU)
     x = torch.as_tensor(digits[:10])
     torch.manual_seed(0)
     guide_trace = poutine.trace(fitted.guide).get_trace(x)
@@ -117,7 +119,7 @@ def test_files_from_before_the_scale_bound_and_shared_norms_load_as_trained(digi
 
 
 def test_learned_threshold_has_the_gamma_prior_and_its_own_weight(digits):
-    fitted = pyro_sparse.train("tvsc", digits, learn_threshold=True, threshold=0.4, threshold_beta=0.05, **QUICK)
+    fitted = pyro_sparse.train("tvsc", digits, learn_threshold=True, threshold=0.4, threshold_beta=0.05, **ON_CPU)
     x = torch.as_tensor(digits[:4])
     guide_trace = poutine.trace(fitted.guide).get_trace(x)
     model_trace = poutine.trace(poutine.replay(fitted.model, trace=guide_trace)).get_trace(x)
@@ -165,7 +167,7 @@ def test_threshold_warmup_keeps_codes_dense_until_the_kl_warmup_ends():
 
 
 def test_linear_decoder_is_a_dictionary_with_a_frobenius_prior(digits):
-    fitted = pyro_sparse.train("tvsc", digits, decoder="linear", dictionary_penalty=0.01, **QUICK)
+    fitted = pyro_sparse.train("tvsc", digits, decoder="linear", dictionary_penalty=0.01, **ON_CPU)
     A = fitted.guide.point_estimate("A").detach()
     assert A.shape == (64, 8)
     x = torch.as_tensor(digits[:5])
@@ -224,7 +226,7 @@ def test_conv_networks_of_table_5_on_28x28_images():
 
 @pytest.mark.parametrize("prior, family", [("thresholded_laplace", "Laplace"), ("thresholded_normal", "Normal")])
 def test_no_threshold_gives_the_plain_base_priors(digits, prior, family):
-    fitted = pyro_sparse.train("tvsc", digits, latent_prior=prior, threshold=None, **QUICK)
+    fitted = pyro_sparse.train("tvsc", digits, latent_prior=prior, threshold=None, **ON_CPU)
     posterior = fitted.guide.posterior(torch.as_tensor(digits[:5])).base_dist
     assert type(posterior).__name__ == family
     assert (fitted.transform(digits[:5]) != 0).all()  # dense codes

@@ -18,6 +18,7 @@ Only the Monte-Carlo draws of the local codes differ from a single process:
 each rank draws for its own rows from its own random stream.
 """
 
+import inspect
 import math
 import os
 
@@ -38,7 +39,14 @@ def init_process_group(device):
     the caller has already initialised one.  Returns this rank's device.
     """
     if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if local_rank >= torch.cuda.device_count():
+            raise ValueError(
+                f"strategy='ddp' on CUDA runs one process per GPU, but this is local rank {local_rank} and the "
+                f"machine has {torch.cuda.device_count()} GPU(s); launch torchrun with "
+                f"--nproc_per_node={torch.cuda.device_count()}, or train with device='cpu'"
+            )
+        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         missing = [name for name in _TORCHRUN_VARIABLES if name not in os.environ]
@@ -50,6 +58,12 @@ def init_process_group(device):
             )
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return device
+
+
+def no_buffer_sync(ddp_class):
+    """DDP's keyword that turns off the buffer sync at each forward: ``broadcast_buffers`` before torch 2.13."""
+    renamed = "forward_sync_buffers" in inspect.signature(ddp_class).parameters
+    return {"forward_sync_buffers" if renamed else "broadcast_buffers": False}
 
 
 def num_processes():
@@ -72,13 +86,16 @@ class DataParallel:
 
     def __init__(self, model, guide, elbo):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        # Construction broadcasts rank 0's parameters and buffers: all ranks start equal.
-        # Buffers (the priors' E-step state, input standardisation) then change only
-        # through identical computations on identical parameters, so are not re-sent.
+        # All ranks start from rank 0's parameters (DDP's construction) and buffers (sent here:
+        # before torch 2.13 turning off their per-step sync also left them out of construction).
+        # Buffers (the priors' E-step state, input standardisation) then change only through
+        # identical computations on identical parameters, so are not re-sent.
         module = ELBOLoss(model, guide, elbo)
+        for buffer in module.buffers():
+            dist.broadcast(buffer, src=0)
         device = next(module.parameters()).device
         self.module = DistributedDataParallel(
-            module, device_ids=[device] if device.type == "cuda" else None, forward_sync_buffers=False
+            module, device_ids=[device] if device.type == "cuda" else None, **no_buffer_sync(DistributedDataParallel)
         )
         # Distinct local-code draws on each rank (the minibatch generator stays shared).
         torch.manual_seed(torch.initial_seed() + self.rank)

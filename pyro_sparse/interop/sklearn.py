@@ -182,8 +182,9 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         """
         Write the fitted model to ``path``; :func:`pyro_sparse.load` reads it
         back as a :class:`~pyro_sparse.fitted.FittedModel` without running code
-        from the file (pickle/joblib keep the whole estimator, but loading a
-        pickle runs code).
+        from the file, on any device (pickle/joblib keep the whole estimator,
+        but loading a pickle runs code, and one of a model fitted on CUDA needs
+        CUDA to load).
         """
         check_is_fitted(self)
         self.fitted_.save(path)

@@ -39,6 +39,7 @@ from torch.distributions import Distribution, constraints
 
 from pyro_sparse.distributions import SelectedSpikeAndSlab, SpikeAndSlab
 from pyro_sparse.distributions.thresholded import code_distribution
+from pyro_sparse.distributions.util import on_device
 
 
 class LatentPrior(nn.Module):
@@ -447,7 +448,9 @@ class DistributionPrior(LatentPrior):
         (K,) — or a factory ``f(latent_dim)`` returning one.  A factory that
         is an ``nn.Module`` is a submodule of this prior, so its parameters
         (learnable hyperparameters) are fitted with the model and follow it
-        to the GPU; an instance's tensors stay where they were created.
+        to the GPU.  The plain tensors a distribution holds (an instance's,
+        or those a factory creates) are moved to the model's device when the
+        prior is sampled, so a prior written for the CPU also trains on CUDA.
     :param int latent_dim: K.
     """
 
@@ -468,6 +471,8 @@ class DistributionPrior(LatentPrior):
         # The registry pairs a guide with the user's distribution by this type.
         self.distribution_type = type(built)
         self.prototype = self._as_code_distribution(built)
+        # Where the model lives (Module.to() moves this empty buffer): distribution() moves the user's tensors there.
+        self.register_buffer("device_marker", torch.empty(0), persistent=False)
 
     def _build(self):
         built = self.instance if self.factory is None else self.factory(self.latent_dim)
@@ -490,7 +495,12 @@ class DistributionPrior(LatentPrior):
         )
 
     def distribution(self, x):
-        return self.prototype if self.factory is None else self._as_code_distribution(self._build())
+        device = self.device_marker.device
+        if self.factory is None:
+            self.prototype = on_device(self.prototype, device)
+            return self.prototype
+        return self._as_code_distribution(on_device(self._build(), device))
+
 
 
 __all__ = [

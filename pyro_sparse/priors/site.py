@@ -25,6 +25,8 @@ import torch
 from torch import nn
 from torch.distributions import Distribution
 
+from pyro_sparse.distributions.util import on_device
+
 
 class SitePrior(nn.Module):
     """A prior with the fitting hooks described above; each does nothing unless overridden."""
@@ -49,7 +51,8 @@ class DistributionSitePrior(SitePrior):
     :param prior: a ``TorchDistribution`` whose shape broadcasts to ``shape``
         (a scalar distribution is applied to every entry), or a factory
         ``f(shape)`` returning one; a factory that is an ``nn.Module`` has
-        its parameters fitted with the model's.
+        its parameters fitted with the model's.  The distribution's plain
+        tensors are moved to the model's device when it is used.
     :param tuple shape: the site's shape.
     """
 
@@ -61,12 +64,17 @@ class DistributionSitePrior(SitePrior):
             raise TypeError(f"mask_prior must be a name, a Pyro distribution or a factory, got {prior!r}")
         self.shape = tuple(shape)
         self.instance, self.factory = (prior, None) if isinstance(prior, Distribution) else (None, prior)
+        # Where the model lives (Module.to() moves this empty buffer): distribution() moves the user's tensors there.
+        self.register_buffer("device_marker", torch.empty(0), persistent=False)
         self.distribution()  # fail at construction, not in the first step
 
     def distribution(self):
         prior = self.instance if self.factory is None else self.factory(self.shape)
         if not isinstance(prior, Distribution):
             raise TypeError(f"the mask_prior factory must return a Pyro distribution, got {type(prior).__name__}")
+        prior = on_device(prior, self.device_marker.device)
+        if self.factory is None:
+            self.instance = prior  # moved once, not at every step
         shape = prior.batch_shape + prior.event_shape
         try:
             broadcastable = torch.broadcast_shapes(shape, self.shape) == self.shape

@@ -73,7 +73,8 @@ def test_pseudo_input_prior_is_uniform_when_no_selection_score_is_positive():
 
     prior = PseudoInputPrior(6, 2, num_pseudo_inputs=20, selection_sharpness=70.0)
     fitted = pyro_sparse.train("vsc", np.random.default_rng(0).normal(size=(40, 6)).astype("float32"),
-                               latent_dim=2, latent_prior="pseudo_inputs", max_epochs=1, batch_size=40, progress=False)
+                               latent_dim=2, latent_prior="pseudo_inputs", max_epochs=1, batch_size=40, progress=False,
+                               device="cpu")  # where the prior above lives
     prior.attach_guide(fitted.guide)
     with torch.no_grad():
         prior.selection[0].weight.zero_()
@@ -99,7 +100,7 @@ def test_vsc_trains_with_pseudo_inputs_and_the_prior_sparsity_follows_alpha():
         assert np.isfinite(fitted.history_["train_loss"]).all()
         assert np.isfinite(fitted.heldout_log_likelihood(X[:20], 5)).all()
         with torch.no_grad():
-            prior = fitted.model.latent_prior.distribution(torch.as_tensor(X[:10]))
+            prior = fitted.model.latent_prior.distribution(torch.as_tensor(X[:10], device=fitted.device))
         assert isinstance(prior, SelectedSpikeAndSlab) and prior.batch_shape == (10,)
         mean_gate[alpha] = prior.components.gate.mean().item()
     # The sparsity term pulls the pseudo-inputs' mean spike probability towards α.
@@ -111,7 +112,7 @@ def test_pseudo_inputs_encode_as_counts_when_the_guide_reads_counts():
     X = np.random.default_rng(0).poisson(3, size=(200, 12)).astype(np.float32)
     fitted = pyro_sparse.train("vsc", X, likelihood="negative_binomial", latent_prior="pseudo_inputs",
                                num_pseudo_inputs=4, latent_dim=3, max_epochs=2, hidden_dims=(8,), progress=False)
-    inputs = fitted.guide.inputs_from_unconstrained(torch.full((2, 12), -50.0))
+    inputs = fitted.guide.inputs_from_unconstrained(torch.full((2, 12), -50.0, device=fitted.device))
     assert (inputs >= 0).all()
     assert np.isfinite(fitted.history_["train_loss"]).all()
     # Their encoder is not batch-normalised (the prior would normalise them as a batch).

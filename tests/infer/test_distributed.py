@@ -147,3 +147,28 @@ def test_ddp_outside_torchrun_is_a_clear_error(monkeypatch):
     X = synthetic_sparse_dgm(n=200, rho=0.3, seed=0).X
     with pytest.raises(ValueError, match="torchrun"):
         pyro_sparse.train("ssl_dgm", X, hardware=Hardware(strategy="ddp"), device="cpu", **TINY)
+
+
+def test_more_ranks_than_gpus_is_a_clear_error(monkeypatch):
+    # torchrun --nproc_per_node=2 on a one-GPU machine: rank 1 has no cuda:1.
+    from pyro_sparse.infer.distributed import init_process_group
+
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match="local rank 1 and the machine has 1 GPU.*--nproc_per_node=1"):
+        init_process_group(torch.device("cuda"))
+
+
+def test_buffer_sync_is_turned_off_under_either_name():
+    # torch 2.13 renamed DistributedDataParallel's broadcast_buffers to forward_sync_buffers.
+    from torch.nn.parallel import DistributedDataParallel
+
+    from pyro_sparse.infer.distributed import no_buffer_sync
+
+    class Before213:
+        def __init__(self, module, device_ids=None, broadcast_buffers=True):
+            pass
+
+    assert no_buffer_sync(Before213) == {"broadcast_buffers": False}
+    current = "forward_sync_buffers" if torch.__version__ >= "2.13" else "broadcast_buffers"
+    assert no_buffer_sync(DistributedDataParallel) == {current: False}

@@ -22,7 +22,7 @@ def fit(X, epochs, **optimization):
                                batch_size=50, lr=1e-2, schedule=Schedule(kl_warmup_epochs=0), progress=False,
                                optimization=Optimization(**optimization))
     encoder = torch.cat([p.detach().flatten() for p in fitted.guide.encoder.parameters()])
-    return fitted._point("A"), encoder.numpy()
+    return fitted._point("A"), encoder.cpu().numpy()
 
 
 def test_global_lr_moves_only_the_global_sites(X):

@@ -314,7 +314,7 @@ def slab_ablation(synthetic):
 def test_sparse_vae_slab_ablation_is_the_lasso(slab_ablation):
     # With equal rates the SSL is a Laplace (Lasso) prior: one penalty weight for all entries.
     prior = slab_ablation.model.site_priors["W"]
-    torch.testing.assert_close(prior.penalty_weights(), torch.full((7, 5), 0.001))
+    torch.testing.assert_close(prior.penalty_weights().cpu(), torch.full((7, 5), 0.001))
     assert (slab_ablation.W_ != 0).all()  # so weak a prior zeroes nothing
 
 

@@ -10,10 +10,15 @@ from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 
 @pytest.fixture(scope="module")
 def fit():
+    # One reproducible fit: on the CPU, since CUDA draws other random numbers for the same seed.  Not every
+    # seed meets every statement below (on the CPU, seeds 0-6: the DCI and the slab calls of the true pairs
+    # hold on all 7, F(W) >= 0.75 and no z1 weight on z2's anchors on 6, those anchors' E[γ] < 0.05 in z1's
+    # column on 4); the spread over seeds is measured by benchmarks/synthetic_recovery.py.
     train = synthetic_sparse_dgm(n=1000, rho=0.0, seed=0)
     test = synthetic_sparse_dgm(n=1000, rho=0.0, seed=1)
     fitted = pyro_sparse.train(
-        "ssl_dgm", train.X, latent_dim=5, max_epochs=200, batch_size=100, lr=0.01, seed=0, progress=False
+        "ssl_dgm", train.X, latent_dim=5, max_epochs=200, batch_size=100, lr=0.01, seed=0, progress=False,
+        device="cpu",
     )
     return fitted, test
 

@@ -22,7 +22,8 @@ def digits():
 
 @pytest.fixture(scope="module")
 def fitted(digits):
-    return pyro_sparse.train("vsc", digits, alpha=0.05, **QUICK)
+    # On the CPU: its tests feed the guide and model CPU tensors of their own.
+    return pyro_sparse.train("vsc", digits, alpha=0.05, **{**QUICK, "device": "cpu"})
 
 
 def test_codes_are_sparse_modes_with_means_and_draws(fitted, digits):
@@ -258,8 +259,9 @@ def sparse_linear_data(num_data=1000, num_features=16, num_atoms=6, active=0.3, 
     return X.astype(np.float32), A, Z
 
 
+# On the CPU: these tests read the dictionary and the traces' tensors themselves.
 LINEAR = dict(decoder="linear", spike_estimator="straight_through", hidden_dims=(64,), batch_size=100,
-              schedule=Schedule(kl_warmup_epochs=0), progress=False)
+              schedule=Schedule(kl_warmup_epochs=0), progress=False, device="cpu")
 
 
 def test_linear_vsc_recovers_a_known_dictionary():

@@ -105,6 +105,15 @@ def test_fixed_and_identity_priors_report_their_correlation():
         pyro_sparse.train("vsc", X, latent_dim=2, **QUICK).latent_correlation_
 
 
+def test_tensor_options_are_recorded_wherever_they_live():
+    # A tensor option (here one that requires grad; on a GPU, one on CUDA) is saved in the JSON configuration
+    # as plain numbers: numpy cannot read either kind directly.
+    X = correlated_linear_data(100)
+    covariance = torch.tensor([[4.0, 1.0], [1.0, 1.0]], requires_grad=True)
+    fitted = pyro_sparse.train("vae", X, latent_dim=2, prior_covariance=covariance, **QUICK)
+    assert fitted.config["hyperparameters"]["prior_covariance"] == [[4.0, 1.0], [1.0, 1.0]]
+
+
 def test_correlation_options_are_checked():
     with pytest.raises(ValueError, match="lkj_concentration must be positive"):
         CorrelatedNormalPrior(3, lkj_concentration=0.0)

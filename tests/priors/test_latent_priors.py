@@ -318,3 +318,36 @@ def test_the_tutorial_prior_is_a_correct_student_t_and_trains():
     assert scale.grad.item() == pytest.approx(expected, rel=0.03)
     fitted = namespace["main"](["--epochs", "3"])
     assert fitted.config["hyperparameters"]["latent_prior"] == "custom:StudentT"
+
+
+def _tensors(distribution):
+    for value in vars(distribution).values():
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, torch.distributions.Distribution):
+            yield from _tensors(value)
+
+
+@pytest.mark.parametrize("prior", [dist.StudentT(3.0, 0.0, 2.0), lambda K: dist.Laplace(torch.zeros(K), 1.0)],
+                         ids=["instance", "factory"])
+def test_a_users_distribution_follows_the_model_to_its_device(prior):
+    # Module.to() moves parameters and buffers, not a distribution's plain tensors: on CUDA a prior
+    # written with CPU tensors failed at the first log_prob.  The meta device stands in for CUDA here.
+    from pyro_sparse.priors.latent import DistributionPrior
+
+    module = DistributionPrior(prior, 4).to("meta")
+    built = module.distribution(torch.zeros(2, 4, device="meta"))
+    assert built.event_shape == (4,) and {t.device.type for t in _tensors(built)} == {"meta"}
+    if isinstance(prior, dist.StudentT):
+        assert module.distribution(None) is built  # an instance is moved once, not at every step
+        assert {t.device.type for t in _tensors(prior)} == {"cpu"}  # and the user's object is left as it was
+
+
+@pytest.mark.parametrize("prior", [dist.Laplace(0.0, 1.0), lambda shape: dist.Laplace(torch.zeros(shape), 1.0)],
+                         ids=["instance", "factory"])
+def test_a_users_mask_prior_follows_the_model_to_its_device(prior):
+    from pyro_sparse.priors.site import DistributionSitePrior
+
+    module = DistributionSitePrior(prior, (5, 3)).to("meta")
+    built = module.distribution()
+    assert built.event_shape == (5, 3) and {t.device.type for t in _tensors(built)} == {"meta"}

@@ -65,5 +65,5 @@ def test_unused_codes_keep_a_high_threshold_and_used_ones_lower_it(tmp_path):
     assert np.all(zeros[factors] < 0.01) and learned[factors].max() < 0.05
     assert learned[spare].min() > 0.3
     fitted.save(tmp_path / "model.pt")
-    loaded = pyro_sparse.load(tmp_path / "model.pt")
+    loaded = pyro_sparse.load(tmp_path / "model.pt", device="cpu")  # where it was fitted
     np.testing.assert_array_equal(loaded.guide.point_estimate("prior_threshold").detach().numpy(), learned)
