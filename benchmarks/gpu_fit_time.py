@@ -9,9 +9,10 @@ Devices: ``cpu`` (torch's default number of threads: every core of the
 machine), ``cpu1`` (one thread, the setting of the other benchmarks),
 ``cuda`` and ``cuda+tf32`` (``Hardware(precision="tf32")``).  Each fit runs
 with each of ``--batch-sizes`` (the library's default is 100; on a GPU a
-user would try larger ones).  A one-epoch fit on 200 cells per device runs
-first, untimed, so that no row carries the process's or the CUDA context's
-start-up; times leave out the heldout evaluation.
+user would try larger ones).  A one-epoch fit on 200 cells per device and model
+runs first, untimed, so that no row carries the process's or the CUDA
+context's start-up; times leave out the heldout evaluation.  One fit per
+row, so a row has no spread.
 
     python benchmarks/gpu_fit_time.py --devices cpu,cuda,cuda+tf32 --batch-sizes 100,500
     python benchmarks/gpu_fit_time.py --quick --devices cpu1      # a smoke run (tests)
@@ -76,10 +77,12 @@ def main():
     parser.add_argument("--quick", action="store_true", help="1,500 cells, 2 epochs")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
-    devices = args.devices.split(",")
+    devices, models = args.devices.split(","), args.models.split(",")
     unknown = [d for d in devices if d not in ("cpu", "cpu1", "cuda", "cuda+tf32")]
     if unknown:
         parser.error(f"--devices: unknown {unknown}; use cpu, cpu1, cuda, cuda+tf32")
+    if not set(models) <= set(MODELS):
+        parser.error(f"--models: unknown {sorted(set(models) - set(MODELS))}; use {', '.join(MODELS)}")
     if args.quick:
         args.epochs = 2
     adata, _ = load("citeseq", args.quick)
@@ -88,8 +91,9 @@ def main():
     result = {"settings": vars(args), "machine": f"{gpu}; {torch.get_num_threads()} CPU threads; torch "
               f"{torch.__version__}", "rows": []}
     for device in devices:
-        fit("vae", adata[train[:200]], device, 100, 1, args.seed)
-    for model in args.models.split(","):
+        for model in models:
+            fit(model, adata[train[:200]], device, 100, 1, args.seed)
+    for model in models:
         for batch_size in map(int, args.batch_sizes.split(",")):
             for device in devices:
                 fitted, seconds = fit(model, adata[train], device, batch_size, args.epochs, args.seed)

@@ -456,6 +456,10 @@ SSL_DGM_ROWS = {
                            {"latent_prior": "thresholded_laplace", "threshold_warmup_epochs": None}),
     "thresholded_normal_warmup": ("thresholded Gaussian, ssl_dgm's defaults + threshold warm-up",
                                   {"latent_prior": "thresholded_normal", "threshold_warmup_epochs": None}),
+    "thresholded_warmup_restart": ("thresholded Laplace, ssl_dgm's defaults + threshold warm-up + sparse restart "
+                                   "(refit from each feature's strongest parent)",
+                                   {"latent_prior": "thresholded_laplace", "threshold_warmup_epochs": None,
+                                    "sparse_restart": True}),
 }
 # The rows every --ssl-dgm run fits: the targets compare the default row with the Gaussian codes.
 SSL_DGM_REQUIRED = ("gaussian", "thresholded")

@@ -85,8 +85,8 @@ def _options(cls, hyper):
 def _jsonable(value):
     """Plain Python values for the JSON configuration (numpy scalars and arrays, and tensors on any device)."""
     if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-    if isinstance(value, (tuple, list, np.ndarray, torch.Tensor, np.generic)):
+        return value.detach().cpu().tolist()
+    if isinstance(value, (tuple, list, np.ndarray, np.generic)):
         return np.asarray(value).tolist()
     return value
 

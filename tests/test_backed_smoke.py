@@ -30,8 +30,10 @@ def test_backed_data_quick(tmp_path):
     results = json.loads((tmp_path / "backed_data_quick.json").read_text())["results"]
     backed, memory = results["backed"], results["memory"]
     in_memory = sum(run["throughput"] for run in memory) / len(memory)
-    # Measured on a shared 2-core machine: 0.9-1.0x; the in-memory runs alone vary by 25 %.
-    assert backed["throughput"] >= 0.5 * in_memory, (backed["throughput"], in_memory)
+    # A check for a broken reader (rows re-read, the file read whole), not the throughput target (0.8x, measured
+    # by the benchmark itself): the suite's other worker shares the cores, and under such load one run read
+    # 0.40x where the same code reads 0.9-1.0x alone.
+    assert backed["throughput"] >= 0.2 * in_memory, (backed["throughput"], in_memory)
     # The in-memory run holds a tenth of the cells; reading the whole file into memory would add
     # about its stored bytes to the backed run's growth after opening the file (obs, all cells, in both runs).
     growth = {run["kind"]: run["peak_rss"] - run["rss_after_open"] for run in (backed, memory[0])}

@@ -3,25 +3,30 @@
 import copy
 
 import torch
-from torch.distributions import Distribution
+from torch.distributions import Distribution, Transform
 
 
-def on_device(distribution, device):
+def on_device(obj, device):
     """
-    ``distribution`` itself when its tensor attributes (and those of the
-    distributions it wraps, e.g. an ``Independent``'s base) are on
-    ``device``; else a shallow copy whose are.  ``nn.Module.to`` moves
+    ``obj`` (a distribution or a transform) itself when its tensor attributes,
+    and those of the distributions and transforms it holds (an
+    ``Independent``'s base, a ``TransformedDistribution``'s transforms), are
+    on ``device``; else a shallow copy whose are.  ``nn.Module.to`` moves
     parameters and buffers, not the plain tensors of a distribution held by a
     module, so priors built from a user's distribution move them with this.
     """
     moved = {}
-    for name, value in vars(distribution).items():
+    for name, value in vars(obj).items():
         if isinstance(value, torch.Tensor) and value.device != device:
             moved[name] = value.to(device)
-        elif isinstance(value, Distribution) and (inner := on_device(value, device)) is not value:
+        elif isinstance(value, (Distribution, Transform)) and (inner := on_device(value, device)) is not value:
             moved[name] = inner
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, (Distribution, Transform)) for v in value):
+            items = [on_device(v, device) if isinstance(v, (Distribution, Transform)) else v for v in value]
+            if any(new is not old for new, old in zip(items, value)):
+                moved[name] = type(value)(items)
     if not moved:
-        return distribution
-    copied = copy.copy(distribution)
+        return obj
+    copied = copy.copy(obj)
     vars(copied).update(moved)
     return copied

@@ -86,17 +86,16 @@ class DataParallel:
 
     def __init__(self, model, guide, elbo):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        # All ranks start from rank 0's parameters (DDP's construction) and buffers (sent here:
-        # before torch 2.13 turning off their per-step sync also left them out of construction).
-        # Buffers (the priors' E-step state, input standardisation) then change only through
-        # identical computations on identical parameters, so are not re-sent.
+        # Construction broadcasts rank 0's parameters and buffers: all ranks start equal.
+        # Buffers (the priors' E-step state, input standardisation) then change only
+        # through identical computations on identical parameters, so are not re-sent.
         module = ELBOLoss(model, guide, elbo)
-        for buffer in module.buffers():
-            dist.broadcast(buffer, src=0)
         device = next(module.parameters()).device
-        self.module = DistributedDataParallel(
-            module, device_ids=[device] if device.type == "cuda" else None, **no_buffer_sync(DistributedDataParallel)
-        )
+        no_sync = no_buffer_sync(DistributedDataParallel)
+        self.module = DistributedDataParallel(module, device_ids=[device] if device.type == "cuda" else None, **no_sync)
+        if "broadcast_buffers" in no_sync:  # before torch 2.13 that also left the buffers out of construction
+            for buffer in module.buffers():
+                dist.broadcast(buffer, src=0)
         # Distinct local-code draws on each rank (the minibatch generator stays shared).
         torch.manual_seed(torch.initial_seed() + self.rank)
 

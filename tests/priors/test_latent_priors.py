@@ -320,16 +320,21 @@ def test_the_tutorial_prior_is_a_correct_student_t_and_trains():
     assert fitted.config["hyperparameters"]["latent_prior"] == "custom:StudentT"
 
 
-def _tensors(distribution):
-    for value in vars(distribution).values():
-        if isinstance(value, torch.Tensor):
-            yield value
-        elif isinstance(value, torch.distributions.Distribution):
-            yield from _tensors(value)
+def _tensors(obj):
+    """Every tensor a distribution holds, through the distributions and transforms it wraps."""
+    for value in vars(obj).values():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, torch.Tensor):
+                yield item
+            elif isinstance(item, (torch.distributions.Distribution, torch.distributions.Transform)):
+                yield from _tensors(item)
 
 
-@pytest.mark.parametrize("prior", [dist.StudentT(3.0, 0.0, 2.0), lambda K: dist.Laplace(torch.zeros(K), 1.0)],
-                         ids=["instance", "factory"])
+SHIFTED = dist.TransformedDistribution(dist.Normal(0.0, 1.0), [dist.transforms.AffineTransform(torch.tensor(0.5), 2.0)])
+
+
+@pytest.mark.parametrize("prior", [dist.StudentT(3.0, 0.0, 2.0), lambda K: dist.Laplace(torch.zeros(K), 1.0), SHIFTED],
+                         ids=["instance", "factory", "transformed"])
 def test_a_users_distribution_follows_the_model_to_its_device(prior):
     # Module.to() moves parameters and buffers, not a distribution's plain tensors: on CUDA a prior
     # written with CPU tensors failed at the first log_prob.  The meta device stands in for CUDA here.
@@ -338,7 +343,7 @@ def test_a_users_distribution_follows_the_model_to_its_device(prior):
     module = DistributionPrior(prior, 4).to("meta")
     built = module.distribution(torch.zeros(2, 4, device="meta"))
     assert built.event_shape == (4,) and {t.device.type for t in _tensors(built)} == {"meta"}
-    if isinstance(prior, dist.StudentT):
+    if isinstance(prior, torch.distributions.Distribution):
         assert module.distribution(None) is built  # an instance is moved once, not at every step
         assert {t.device.type for t in _tensors(prior)} == {"cpu"}  # and the user's object is left as it was
 
