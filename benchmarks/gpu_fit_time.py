@@ -27,28 +27,30 @@ import torch
 from single_cell_counts import LATENT_DIM, MODELS, heldout, load, split
 
 import pyro_sparse
-from pyro_sparse.infer.config import Hardware
+from pyro_sparse import Hardware
 
 RESULTS = Path(__file__).parent / "results"
+# --devices name -> (train's device, precision, CPU threads: None for torch's default)
+DEVICES = {"cpu": ("cpu", "fp32", None), "cpu1": ("cpu", "fp32", 1), "cuda": ("cuda", "fp32", None),
+           "cuda+tf32": ("cuda", "tf32", None)}
 
 
 def fit(model, adata, device, batch_size, epochs, seed):
     name, options = MODELS[model]
-    threads = torch.get_num_threads()
-    if device == "cpu1":
-        torch.set_num_threads(1)
-    precision = "tf32" if device.endswith("+tf32") else "fp32"
+    train_device, precision, threads = DEVICES[device]
+    default_threads = torch.get_num_threads()
+    torch.set_num_threads(threads or default_threads)
     start = time.perf_counter()
     try:
         fitted = pyro_sparse.train(name, adata, likelihood="negative_binomial", layer="counts",
                                    latent_dim=LATENT_DIM, max_epochs=epochs, batch_size=batch_size, seed=seed,
-                                   device=device.removesuffix("+tf32").removesuffix("1"), progress=False,
-                                   hardware=Hardware(precision=precision), **options)
+                                   device=train_device, progress=False, hardware=Hardware(precision=precision),
+                                   **options)
         if fitted.device.type == "cuda":
             torch.cuda.synchronize(fitted.device)
         return fitted, time.perf_counter() - start
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(default_threads)
 
 
 def markdown(result):
@@ -69,7 +71,7 @@ def markdown(result):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", default="cpu,cuda" if torch.cuda.is_available() else "cpu",
-                        help="comma-separated: cpu, cpu1, cuda, cuda+tf32")
+                        help=f"comma-separated, of {', '.join(DEVICES)}")
     parser.add_argument("--models", default="vae,ssl_dgm", help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--batch-sizes", default="100")
     parser.add_argument("--epochs", type=int, default=60)
@@ -78,9 +80,8 @@ def main():
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     devices, models = args.devices.split(","), args.models.split(",")
-    unknown = [d for d in devices if d not in ("cpu", "cpu1", "cuda", "cuda+tf32")]
-    if unknown:
-        parser.error(f"--devices: unknown {unknown}; use cpu, cpu1, cuda, cuda+tf32")
+    if not set(devices) <= set(DEVICES):
+        parser.error(f"--devices: unknown {sorted(set(devices) - set(DEVICES))}; use {', '.join(DEVICES)}")
     if not set(models) <= set(MODELS):
         parser.error(f"--models: unknown {sorted(set(models) - set(MODELS))}; use {', '.join(MODELS)}")
     if args.quick:

@@ -502,7 +502,6 @@ class DistributionPrior(LatentPrior):
         return self._as_code_distribution(on_device(self._build(), device))
 
 
-
 __all__ = [
     "DistributionPrior",
     "LatentPrior",

@@ -11,9 +11,7 @@ from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 @pytest.fixture(scope="module")
 def fit():
     # One reproducible fit: on the CPU, since CUDA draws other random numbers for the same seed.  Not every
-    # seed meets every statement below (on the CPU, seeds 0-6: the DCI and the slab calls of the true pairs
-    # hold on all 7, F(W) >= 0.75 and no z1 weight on z2's anchors on 6, those anchors' E[γ] < 0.05 in z1's
-    # column on 4); the spread over seeds is measured by benchmarks/synthetic_recovery.py.
+    # seed meets every statement below (docs: Results, synthetic data, "The unit test's fit").
     train = synthetic_sparse_dgm(n=1000, rho=0.0, seed=0)
     test = synthetic_sparse_dgm(n=1000, rho=0.0, seed=1)
     fitted = pyro_sparse.train(

@@ -356,3 +356,5 @@ def test_a_users_mask_prior_follows_the_model_to_its_device(prior):
     module = DistributionSitePrior(prior, (5, 3)).to("meta")
     built = module.distribution()
     assert built.event_shape == (5, 3) and {t.device.type for t in _tensors(built)} == {"meta"}
+    if isinstance(prior, torch.distributions.Distribution):
+        assert {t.device.type for t in _tensors(prior)} == {"cpu"}  # the user's object is left as it was
