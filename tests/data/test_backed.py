@@ -228,7 +228,9 @@ def test_a_truncated_file_fails_clearly(path):
     adata = anndata.read_h5ad(path, backed="r")
     size = os.path.getsize(path)
     os.truncate(path, size // 2)
-    with pytest.raises(DataError, match=rf"backed file '.*cells.h5ad' is truncated: {size // 2} bytes on disk"):
+    # anndata < 0.13 opens X and our reader finds the file short; later ones fail in h5py on opening X.
+    truncated = rf"backed file '.*cells.h5ad' (is truncated: {size // 2}|\({size // 2}) bytes on disk"
+    with pytest.raises(DataError, match=truncated):
         pyro_sparse.train("ssl_dgm", adata, **QUICK)
     adata.file.close()
     with pytest.raises(DataError, match="cannot open '.*cells.h5ad' as an .h5ad file: .*truncated"):
