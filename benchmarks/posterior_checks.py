@@ -3,14 +3,15 @@ Posterior checks with ArviZ (``pyro_sparse.diagnostics``) on two fits:
 
 * ``ssl_dgm`` on the synthetic data of Moran et al. (2022), Eq. 9 (the
   README's example: ρ = 0.6, K = 5, Table 6 settings): the posterior
-  predictive density of every feature against the data (``ppc.png``), the
+  predictive density of every feature against the data (``ppc.png``; under
+  arviz >= 1.0, one ``ppc_<epochs>.png`` per fit), the
   per-feature checks of means and variances, and the Pareto k̂ of the
   importance ratios p(x_i, z) / q(z | x_i) per data point;
 * binary data from a one-factor logistic model fitted by a VAE with the
   bernoulli and with the (wrong) gaussian likelihood: the check of the
   fraction of zeros tells them apart.
 
-Writes ``ppc.png``, ``posterior_checks.md`` and ``posterior_checks.json``.
+Writes the figures, ``posterior_checks.md`` and ``posterior_checks.json``.
 
     python benchmarks/posterior_checks.py --out benchmarks/results
 """

@@ -62,7 +62,7 @@ defaults b0 = 0.1, λ0 = 0.25), and thresholded Gaussian codes with
 ``ssl_dgm``'s defaults, against the Gaussian-latent ``ssl_dgm`` (and, as a
 row, the same with K = 3, one code per factor: what the spare codes are worth
 in held-out NLL): the share of
-exact zeros in the codes (and how many of the 5 codes are always 0), F(W)
+exact zeros in the codes (and how many of the K codes are always 0), F(W)
 of the decoder support (``match_factors``, ``support_f_score``) and the
 held-out NLL (100 importance samples); the targets are scored on the
 default row.  Writes ``results/sparse_coding_patches_ssl_dgm.json`` / ``.md``.

@@ -34,16 +34,19 @@ def _matrix(adata, layer):
     where = "adata.X" if layer is None else f"adata.layers[{layer!r}]"
     if layer is not None and layer not in names:
         raise DataError(f"adata.layers has no layer {layer!r} (it has {names}); layer=None uses adata.X")
+    if layer is None and ("X" not in adata.file if adata.isbacked else adata.X is None):
+        raise DataError(f"adata.X is empty; pass layer= naming one of adata.layers {names}")
     try:
         matrix = adata.X if layer is None else adata.layers[layer]
     except (OSError, KeyError) as error:  # h5py, opening the element of a backed file that is truncated or damaged
         if not adata.isbacked:
             raise
-        size = os.path.getsize(adata.filename)
-        raise DataError(f"cannot read {where} of the backed file {str(adata.filename)!r} ({size} bytes on disk): "
-                        f"{error}; is it truncated or damaged? Write it again or copy it whole") from None
-    if matrix is None:
-        raise DataError(f"adata.X is empty; pass layer= naming one of adata.layers {names}")
+        try:
+            state = f"{os.path.getsize(adata.filename)} bytes on disk"
+        except OSError:
+            state = "no longer readable"
+        raise DataError(f"cannot read {where} of the backed file {str(adata.filename)!r} ({state}): {error}; "
+                        "is it truncated or damaged? Write it again or copy it whole") from None
     return BackedMatrix.of(matrix, where) if stored_on_disk(matrix) else matrix
 
 

@@ -260,6 +260,16 @@ def test_a_layer_that_does_not_exist(on_disk):
         pyro_sparse.train("ssl_dgm", on_disk, layer="spliced", **QUICK)
 
 
+def test_a_file_without_X_names_its_layers(tmp_path, X):
+    adata = anndata.AnnData(X=None, obs={"cell": [f"c{i}" for i in range(X.shape[0])]},
+                            var={"gene": [f"gene{j}" for j in range(X.shape[1])]}, layers={"counts": X.copy()})
+    adata.write_h5ad(tmp_path / "no_x.h5ad")
+    backed = anndata.read_h5ad(tmp_path / "no_x.h5ad", backed="r")
+    with pytest.raises(DataError, match=r"adata.X is empty; pass layer= naming one of adata.layers \['counts'\]"):
+        pyro_sparse.train("ssl_dgm", backed)
+    backed.file.close()
+
+
 def test_matrices_on_disk_that_cannot_be_read_by_rows(tmp_path, X):
     csc = anndata.read_h5ad(write(tmp_path / "csc.h5ad", X.tocsc()), backed="r")
     with pytest.raises(DataError, match="adata.X is stored on disk as CSC"):
