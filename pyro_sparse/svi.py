@@ -374,22 +374,26 @@ class SVIModel:
     def fit(self, name, dataset, latent_dim, settings, hyper):
         """
         Train on ``dataset`` (a validated :class:`~pyro_sparse.data.Dataset`) and
-        return a FittedModel.  With ``sparse_restart=True`` (SSL mask priors)
-        fit twice: the second fit starts W on the first fit's
-        ``restart_support`` and is the one returned; its history keeps the
-        first fit's per-epoch training loss as ``first_fit_train_loss``.
+        return a FittedModel.  With ``sparse_restart=n`` (SSL mask priors;
+        ``True`` is 1) fit n + 1 times: each fit after the first starts W on
+        the previous fit's ``restart_support`` and the last is the one
+        returned; its history keeps the earlier fits' per-epoch training
+        losses, in order, as ``earlier_fits_train_loss``.
         """
         self.check_options(name, hyper)
         if not hyper.get("sparse_restart"):
             return self._fit_once(name, dataset, latent_dim, settings, hyper)
         if settings.checkpointing.resume_from is not None:
-            raise ValueError("sparse_restart=True fits twice and cannot resume from a checkpoint: fit again "
+            raise ValueError("sparse_restart fits more than once and cannot resume from a checkpoint: fit again "
                              "without resume_from, or resume a fit made without sparse_restart")
-        first = self._fit_once(name, dataset, latent_dim, settings, {**hyper, "sparse_restart": False})
-        prior = next(p for p in first.model.site_priors.values() if hasattr(p, "restart_support"))
-        fitted = self._fit_once(name, dataset, latent_dim, settings,
-                                {**hyper, "initial_support": prior.restart_support(first.W_)})
-        fitted.history_["first_fit_train_loss"] = list(first.history_["train_loss"])
+        fitted = self._fit_once(name, dataset, latent_dim, settings, hyper)  # the prior checks sparse_restart
+        prior = next(p for p in fitted.model.site_priors.values() if hasattr(p, "restart_support"))
+        earlier = []
+        for _ in range(prior.sparse_restart):
+            earlier.append(list(fitted.history_["train_loss"]))
+            fitted = self._fit_once(name, dataset, latent_dim, settings,
+                                    {**hyper, "initial_support": prior.restart_support(fitted.W_)})
+        fitted.history_["earlier_fits_train_loss"] = earlier
         return fitted
 
     def _fit_once(self, name, dataset, latent_dim, settings, hyper):

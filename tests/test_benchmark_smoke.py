@@ -251,7 +251,8 @@ def test_vsc_classification_smoke(tmp_path):
 def test_synthetic_recovery_smoke(tmp_path):
     run_script(
         "synthetic_recovery.py", "--generator", "correlated", "--levels", "0.3", "--likelihoods", "bernoulli",
-        "--models", "VAE;sparse VAE, learned R;sparse VAE, learned R, sparse restart", "--seeds", "1", "--epochs", "1",
+        "--models", "VAE;sparse VAE, learned R;sparse VAE, learned R, sparse restart;"
+        "sparse VAE, learned R, 2 sparse restarts", "--seeds", "1", "--epochs", "1",
         "--restarts", "2", "--jobs", "1", "--out", str(tmp_path),
     )
     results = check_outputs(str(tmp_path / "synthetic_recovery_correlated"), [])
@@ -262,8 +263,12 @@ def test_synthetic_recovery_smoke(tmp_path):
     # The lower-loss row picks, for the first initialisation seed, the better of the first fit and its restart.
     assert loss["sparse VAE, learned R, first fit or sparse restart (lower loss)"] == min(
         loss["sparse VAE, learned R"], loss["sparse VAE, learned R, sparse restart"])
+    # The 2-restart fit continues the 1-restart fit of the same seeds: one fit more.
+    seconds = {(run["label"], run["seed"]): run["seconds"] for run in results["results"]}
+    assert seconds[("sparse VAE, learned R, 2 sparse restarts", 0)] > seconds[("sparse VAE, learned R, sparse restart", 0)]
     text = (tmp_path / "synthetic_recovery_correlated.md").read_text()
     assert "## Targets (issue 18): sparse VAE, learned R, sparse restart, best of 2 (n_init)" in text
+    assert "## Targets (issue 18): sparse VAE, learned R, 2 sparse restarts, best of 2 (n_init)" in text
     # The VAE is restarted too, so its seed stability stands beside the sparse VAE's.
     assert "(VAE " in text.split("seed stability ≥ 0.9")[1].splitlines()[0]
     assert sum(run["label"] == "VAE" for run in results["results"]) == 1

@@ -54,10 +54,11 @@ class SpikeSlabLassoPrior(SitePrior):
         decides the structure: from the dense start W stays denser than the
         truth on correlated factors, from the true support it stays there
         (docs: Results, synthetic).
-    :param bool sparse_restart: fit twice, the second time from
-        :meth:`restart_support` of the first fit's W (each feature starts
-        with one parent, its strongest), at twice the training time.  It
-        cannot resume from a checkpoint.
+    :param int sparse_restart: how many times to fit again, each time from
+        :meth:`restart_support` of the previous fit's W (each feature starts
+        with one parent, its strongest); ``True`` is 1, ``False`` 0.  Each
+        restart costs one more fit; a fit with restarts cannot resume from a
+        checkpoint.
     """
 
     def __init__(self, num_features, latent_dim, lambda0=10.0, lambda1=1.0, a=1.0, b=None, gradient_averaging=0.01,
@@ -92,7 +93,11 @@ class SpikeSlabLassoPrior(SitePrior):
                                  f"factors), got {initial_support.dtype} values of shape {initial_support.shape}")
             initial_support = torch.as_tensor(initial_support.astype(bool))
         self.initial_support = initial_support
-        self.sparse_restart = bool(sparse_restart)
+        if isinstance(sparse_restart, float) or not (isinstance(sparse_restart, (int, np.integer))
+                                                     and sparse_restart >= 0):
+            raise ValueError(f"sparse_restart must be a number of restarts (0, 1, 2, ... or True/False), "
+                             f"got {sparse_restart!r}")
+        self.sparse_restart = int(sparse_restart)
         # The spike rate in force: a buffer, so checkpoints and loaded models keep where the path was.
         self.register_buffer("spike_rate", torch.tensor(rates[1]))
         self.register_buffer("eta", torch.full((latent_dim,), 0.5))

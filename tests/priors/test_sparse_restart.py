@@ -1,4 +1,4 @@
-"""The SSL prior's sparse start (``initial_support``) and the two-fit ``sparse_restart``."""
+"""The SSL prior's sparse start (``initial_support``) and ``sparse_restart`` (fits restarted from the last one's strongest entries)."""
 
 import numpy as np
 import pytest
@@ -48,18 +48,36 @@ def test_sparse_restart_starts_the_second_fit_on_the_first_fits_strongest_entrie
     # The second fit starts sparse and is the one returned: entries off the start join only through the zero test.
     assert (restarted.W_ != 0).sum() < (first.W_ != 0).sum()
     # The first fit's losses are kept, so the two objectives can be compared.
-    assert restarted.history_["first_fit_train_loss"] == first.history_["train_loss"]
+    assert restarted.history_["earlier_fits_train_loss"] == [first.history_["train_loss"]]
     assert restarted.history_["train_loss"] != first.history_["train_loss"]
     path = tmp_path / "restarted.pt"
     restarted.save(path)
     loaded = pyro_sparse.load(path)
     np.testing.assert_array_equal(loaded.W_, restarted.W_)
-    assert loaded.history_["first_fit_train_loss"] == first.history_["train_loss"]
+    assert loaded.history_["earlier_fits_train_loss"] == [first.history_["train_loss"]]
+
+
+def test_two_sparse_restarts_start_the_third_fit_on_the_second_fits_strongest_entries():
+    X = synthetic_sparse_dgm(n=200, rho=0.0, seed=0).X
+    once = pyro_sparse.train("ssl_dgm", X, seed=3, sparse_restart=1, **QUICK)
+    twice = pyro_sparse.train("ssl_dgm", X, seed=3, sparse_restart=2, **QUICK)
+    np.testing.assert_array_equal(np.asarray(twice.config["hyperparameters"]["initial_support"]),
+                                  SpikeSlabLassoPrior.restart_support(once.W_).numpy())
+    first, second = twice.history_["earlier_fits_train_loss"]
+    assert first == once.history_["earlier_fits_train_loss"][0]
+    assert second == once.history_["train_loss"]
+
+
+@pytest.mark.parametrize("restarts", [-1, 1.5, "two"])
+def test_sparse_restart_must_be_a_count(restarts):
+    X = synthetic_sparse_dgm(n=50, rho=0.0, seed=0).X
+    with pytest.raises(ValueError, match="sparse_restart must be a number of restarts"):
+        pyro_sparse.train("ssl_dgm", X, sparse_restart=restarts, **QUICK)
 
 
 def test_sparse_restart_cannot_resume_from_a_checkpoint(tmp_path):
     X = synthetic_sparse_dgm(n=200, rho=0.0, seed=0).X
-    with pytest.raises(ValueError, match="sparse_restart=True fits twice and cannot resume"):
+    with pytest.raises(ValueError, match="sparse_restart fits more than once and cannot resume"):
         pyro_sparse.train("ssl_dgm", X, sparse_restart=True, checkpointing=Checkpointing(resume_from=tmp_path / "x"),
                           **QUICK)
 
