@@ -34,7 +34,7 @@ learned-R models (without ``sparse_restart``, with 1 and with 2) are fitted
 ``--restarts`` times on each data seed (other initialisation seeds); the fit
 of lowest final training loss is what ``SparseVAE(n_init=restarts)`` keeps
 (the "best of" row, on which issue 18's targets are checked; with
-``--restarts 1``, the single fit).  When both are run, a third row keeps,
+``--restarts 1``, the single fit).  When the first two are run, a row keeps,
 for each initialisation seed, whichever of the two has the lower training
 loss (the sparse restart's first fit is the learned-R fit of that seed).
 When both restart models are run, each 2-restart fit continues the 1-restart
@@ -133,8 +133,8 @@ def run(job):
     rows = [score(fitted, seconds, test, shared, label, hyper, (generator, level, likelihood, data_seed, seed))]
     if chain:
         start = SpikeSlabLassoPrior.restart_support(fitted.W_).numpy()
-        again, more = fit_synthetic(model, train.X, seed, epochs, {"latent_prior": "correlated", "initial_support": start},
-                                    latent_dim, likelihood)
+        once_more = {**{k: v for k, v in hyper.items() if k != "sparse_restart"}, "initial_support": start}
+        again, more = fit_synthetic(model, train.X, seed, epochs, once_more, latent_dim, likelihood)
         rows.append(score(again, seconds + more, test, shared, SPARSE_RESTARTS_2, MODELS[SPARSE_RESTARTS_2][1],
                           (generator, level, likelihood, data_seed, seed)))
     return rows

@@ -265,7 +265,8 @@ def test_synthetic_recovery_smoke(tmp_path):
         loss["sparse VAE, learned R"], loss["sparse VAE, learned R, sparse restart"])
     # The 2-restart fit continues the 1-restart fit of the same seeds: one fit more.
     seconds = {(run["label"], run["seed"]): run["seconds"] for run in results["results"]}
-    assert seconds[("sparse VAE, learned R, 2 sparse restarts", 0)] > seconds[("sparse VAE, learned R, sparse restart", 0)]
+    once, twice = "sparse VAE, learned R, sparse restart", "sparse VAE, learned R, 2 sparse restarts"
+    assert seconds[(twice, 0)] > seconds[(once, 0)]
     text = (tmp_path / "synthetic_recovery_correlated.md").read_text()
     assert "## Targets (issue 18): sparse VAE, learned R, sparse restart, best of 2 (n_init)" in text
     assert "## Targets (issue 18): sparse VAE, learned R, 2 sparse restarts, best of 2 (n_init)" in text

@@ -93,8 +93,7 @@ class SpikeSlabLassoPrior(SitePrior):
                                  f"factors), got {initial_support.dtype} values of shape {initial_support.shape}")
             initial_support = torch.as_tensor(initial_support.astype(bool))
         self.initial_support = initial_support
-        if isinstance(sparse_restart, float) or not (isinstance(sparse_restart, (int, np.integer))
-                                                     and sparse_restart >= 0):
+        if not (isinstance(sparse_restart, (int, np.integer)) and sparse_restart >= 0):
             raise ValueError(f"sparse_restart must be a number of restarts (0, 1, 2, ... or True/False), "
                              f"got {sparse_restart!r}")
         self.sparse_restart = int(sparse_restart)

@@ -1,4 +1,4 @@
-"""The SSL prior's sparse start (``initial_support``) and ``sparse_restart`` (fits restarted from the last one's strongest entries)."""
+"""The SSL prior's sparse start (``initial_support``) and ``sparse_restart`` (refits from the strongest entries)."""
 
 import numpy as np
 import pytest
