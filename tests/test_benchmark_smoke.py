@@ -263,10 +263,16 @@ def test_synthetic_recovery_smoke(tmp_path):
     # The lower-loss row picks, for the first initialisation seed, the better of the first fit and its restart.
     assert loss["sparse VAE, learned R, first fit or sparse restart (lower loss)"] == min(
         loss["sparse VAE, learned R"], loss["sparse VAE, learned R, sparse restart"])
-    # The 2-restart fit continues the 1-restart fit of the same seeds: one fit more.
-    seconds = {(run["label"], run["seed"]): run["seconds"] for run in results["results"]}
-    once, twice = "sparse VAE, learned R, sparse restart", "sparse VAE, learned R, 2 sparse restarts"
-    assert seconds[(twice, 0)] > seconds[(once, 0)]
+    # The 2-restart row continues the 1-restart fit of the same seeds, and is what sparse_restart=2 gives.
+    spec = importlib.util.spec_from_file_location("synthetic_recovery", os.path.join(REPO, "benchmarks",
+                                                                                     "synthetic_recovery.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    twice = module.SPARSE_RESTARTS_2
+    train, _ = module.correlated_split(0.3, 0, "bernoulli")
+    fitted, _ = module.fit_synthetic("ssl_dgm", train.X, 0, 1, module.MODELS[twice][1], 8, "bernoulli")
+    chained = next(run for run in results["results"] if (run["label"], run["seed"]) == (twice, 0))
+    assert chained["loss"] == fitted.history_["train_loss"][-1]
     text = (tmp_path / "synthetic_recovery_correlated.md").read_text()
     assert "## Targets (issue 18): sparse VAE, learned R, sparse restart, best of 2 (n_init)" in text
     assert "## Targets (issue 18): sparse VAE, learned R, 2 sparse restarts, best of 2 (n_init)" in text

@@ -57,12 +57,18 @@ def test_sparse_restart_starts_the_second_fit_on_the_first_fits_strongest_entrie
     assert loaded.history_["earlier_fits_train_loss"] == [first.history_["train_loss"]]
 
 
-def test_two_sparse_restarts_start_the_third_fit_on_the_second_fits_strongest_entries():
+def test_two_sparse_restarts_start_the_third_fit_on_the_second_fits_strongest_entries(monkeypatch):
     X = synthetic_sparse_dgm(n=200, rho=0.0, seed=0).X
     once = pyro_sparse.train("ssl_dgm", X, seed=3, sparse_restart=1, **QUICK)
+    # On these small fits both W's have the same strongest entries, so record which W each restart starts from.
+    starts, restart_support = [], SpikeSlabLassoPrior.restart_support
+    monkeypatch.setattr(SpikeSlabLassoPrior, "restart_support",
+                        staticmethod(lambda W: starts.append(np.asarray(W).copy()) or restart_support(W)))
     twice = pyro_sparse.train("ssl_dgm", X, seed=3, sparse_restart=2, **QUICK)
+    assert len(starts) == 2
+    np.testing.assert_array_equal(starts[1], once.W_)  # the third fit starts from the second fit's W
     np.testing.assert_array_equal(np.asarray(twice.config["hyperparameters"]["initial_support"]),
-                                  SpikeSlabLassoPrior.restart_support(once.W_).numpy())
+                                  restart_support(once.W_).numpy())
     first, second = twice.history_["earlier_fits_train_loss"]
     assert first == once.history_["earlier_fits_train_loss"][0]
     assert second == once.history_["train_loss"]
