@@ -26,6 +26,12 @@ those were fitted with the same seeds and epochs.
 
     python benchmarks/zeisel_factors.py --seeds 5
     python benchmarks/zeisel_factors.py --models "sparse VAE, learned R, sparse restart"
+
+Run beside "… sparse restart", each "… 2 sparse restarts" fit continues the
+1-restart fit of the same seed (one fit more, exactly what
+``sparse_restart=2`` does), so the two rows share their first fits.  The
+training loss column is the last epoch's (nats per cell; – : fitted before it
+was recorded).
 """
 
 import argparse
@@ -37,10 +43,13 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path(__file__).parent / "results"
+SPARSE_RESTART = "sparse VAE, learned R, sparse restart"
+SPARSE_RESTARTS_2 = "sparse VAE, learned R, 2 sparse restarts"
 MODELS = {
     "sparse VAE, Σ = I": ("ssl_dgm", {}),
     "sparse VAE, learned R": ("ssl_dgm", {"latent_prior": "correlated"}),
-    "sparse VAE, learned R, sparse restart": ("ssl_dgm", {"latent_prior": "correlated", "sparse_restart": True}),
+    SPARSE_RESTART: ("ssl_dgm", {"latent_prior": "correlated", "sparse_restart": 1}),
+    SPARSE_RESTARTS_2: ("ssl_dgm", {"latent_prior": "correlated", "sparse_restart": 2}),
     "VAE": ("vae", {}),
 }
 NUM_MARKERS, TOP_GENES, HITS = 10, 20, 3
@@ -78,23 +87,43 @@ def correlated_genes(X, codes):
 
 
 def run(job):
+    """
+    The results of one fit of ``label``: a list of one.  With ``chain`` (the
+    sparse restart when ``SPARSE_RESTARTS_2`` is run beside it), the fit is
+    restarted once more from its ``restart_support``, as ``sparse_restart=2``
+    restarts its second fit: two results from three fits, paired on the same
+    first fits.
+    """
     import torch
 
     torch.set_num_threads(1)
     import pyro_sparse
     from pyro_sparse.data.real import load_zeisel
+    from pyro_sparse.priors import SpikeSlabLassoPrior
 
-    label, seed, epochs = job
+    label, seed, epochs, chain = job
     model, hyper = MODELS[label]
     data = load_zeisel()
+
+    def fit(options):
+        return pyro_sparse.train(model, data.X, latent_dim=15, hidden_dims=(100, 100, 100), batch_size=512, lr=0.01,
+                                 max_epochs=epochs, seed=seed, progress=False, device="cpu", **options)
+
+    def result(fitted, label):
+        codes = fitted.transform(data.X, kind="mean")
+        support = fitted.support_.tolist() if "W" in fitted.guide.unconstrained else None
+        return {"label": label, "seed": seed, "epochs": epochs, "seconds": time.process_time() - start,
+                "loss": fitted.history_["train_loss"][-1], "codes": codes.tolist(), "support": support,
+                "factor_genes": [g.tolist() for g in factor_genes(fitted, data.X, codes)]}
+
     start = time.process_time()
-    fitted = pyro_sparse.train(model, data.X, latent_dim=15, hidden_dims=(100, 100, 100), batch_size=512, lr=0.01,
-                               max_epochs=epochs, seed=seed, progress=False, device="cpu", **hyper)
-    codes = fitted.transform(data.X, kind="mean")
-    support = fitted.support_.tolist() if "W" in fitted.guide.unconstrained else None
-    return {"label": label, "seed": seed, "epochs": epochs, "seconds": time.process_time() - start,
-            "codes": codes.tolist(), "support": support,
-            "factor_genes": [g.tolist() for g in factor_genes(fitted, data.X, codes)]}
+    fitted = fit(hyper)
+    results = [result(fitted, label)]
+    if chain:
+        once_more = {**{k: v for k, v in hyper.items() if k != "sparse_restart"},
+                     "initial_support": SpikeSlabLassoPrior.restart_support(fitted.W_).numpy()}
+        results.append(result(fit(once_more), SPARSE_RESTARTS_2))
+    return results
 
 
 def summarize(results, data, labels):
@@ -118,20 +147,23 @@ def summarize(results, data, labels):
             "types_with_marker_factor": found.mean(0).tolist(),
             "types_with_marker_factor_by_correlation": found_by_correlation.mean(0).tolist(),
             "seconds": [r["seconds"] for r in runs],
+            "train_loss": [r["loss"] for r in runs],
         }
     return summary, table
 
 
-def markdown(summary, table, data, args):
+def markdown(summary, table, data, args, kept):
     names = list(data.label_names)
     lines = [f"# Zeisel: accuracy, seed stability and marker factors ({args.seeds} seeds, {args.epochs} epochs)", "",
-             "| model | cell-type accuracy | stability: codes | stability: supports | CPU s per fit |",
-             "|---|---|---|---|---|"]
+             f"`--models \"{args.models}\"`" + (f"; rows kept from an earlier run: {'; '.join(kept)}." if kept else "."), "",
+             "| model | cell-type accuracy | stability: codes | stability: supports | training loss | CPU s per fit |",
+             "|---|---|---|---|---|---|"]
     for label, row in summary.items():
         support = "–" if row["stability_support"] is None else f"{row['stability_support']:.3f}"
         codes = "–" if row["stability_codes"] is None else f"{row['stability_codes']:.3f}"
+        loss = f"{np.mean(row['train_loss']):.1f}" if "train_loss" in row else "–"
         lines.append(f"| {label} | {np.mean(row['accuracy']):.3f} ± {np.std(row['accuracy']):.3f} | {codes} | "
-                     f"{support} | {np.mean(row['seconds']):.0f} |")
+                     f"{support} | {loss} | {np.mean(row['seconds']):.0f} |")
     lines += ["", f"Share of seeds with a factor whose {TOP_GENES} top genes hold ≥ {HITS} of the type's "
               f"{NUM_MARKERS} markers (markers: largest one-vs-rest t-statistic, fixed before fitting; the files "
               "have no gene symbols):", "", "| cell type | markers (file rows) | " + " | ".join(summary) + " |",
@@ -185,14 +217,18 @@ def main():
         for line in progress.read_text().splitlines():
             result = json.loads(line)
             finished[(result["label"], result["seed"], result["epochs"])] = result
-    jobs = [(label, seed, args.epochs) for label in labels for seed in range(args.seeds)]
-    results = [finished[job] for job in jobs if job in finished]
+    # With both restart labels, the 2-restart fits continue the 1-restart fits (paired, one fit more each).
+    chained = SPARSE_RESTART in labels and SPARSE_RESTARTS_2 in labels
+    keys = [(label, seed, args.epochs) for label in labels for seed in range(args.seeds)]
+    results = [finished[key] for key in keys if key in finished]
     progress.write_text("".join(json.dumps(result) + "\n" for result in results))
+    jobs = [(*key, chained and key[0] == SPARSE_RESTART) for key in keys if key not in finished
+            and not (chained and key[0] == SPARSE_RESTARTS_2 and (SPARSE_RESTART, *key[1:]) not in finished)]
     with ProcessPoolExecutor(args.jobs) as pool:
-        for result in pool.map(run, [job for job in jobs if job not in finished]):
-            results.append(result)
+        for fits in pool.map(run, jobs):
+            results += fits
             with progress.open("a") as stream:
-                stream.write(json.dumps(result) + "\n")
+                stream.writelines(json.dumps(result) + "\n" for result in fits)
     summary, table = summarize(results, data, labels)
     kept = kept_rows(out / "zeisel_factors.json", args, labels)
     rows = {**kept, **summary}
@@ -200,7 +236,7 @@ def main():
     (out / "zeisel_factors.json").write_text(json.dumps({"summary": summary, "markers": table.tolist(),
                                                           "settings": {**vars(args), "rows_kept": list(kept)}},
                                                          indent=1))
-    text = markdown(summary, table, data, args)
+    text = markdown(summary, table, data, args, list(kept))
     (out / "zeisel_factors.md").write_text(text)
     progress.unlink()
     print(text)

