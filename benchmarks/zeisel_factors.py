@@ -222,8 +222,11 @@ def main():
     keys = [(label, seed, args.epochs) for label in labels for seed in range(args.seeds)]
     results = [finished[key] for key in keys if key in finished]
     progress.write_text("".join(json.dumps(result) + "\n" for result in results))
-    jobs = [(*key, chained and key[0] == SPARSE_RESTART) for key in keys if key not in finished
-            and not (chained and key[0] == SPARSE_RESTARTS_2 and (SPARSE_RESTART, *key[1:]) not in finished)]
+    # A 1-restart fit chains on only when its 2-restart fit is still to do; that one is then not a job of its own.
+    chain = {key: chained and key[0] == SPARSE_RESTART and key not in finished
+             and (SPARSE_RESTARTS_2, *key[1:]) not in finished for key in keys}
+    jobs = [(*key, chain[key]) for key in keys if key not in finished
+            and not (key[0] == SPARSE_RESTARTS_2 and chain.get((SPARSE_RESTART, *key[1:])))]
     with ProcessPoolExecutor(args.jobs) as pool:
         for fits in pool.map(run, jobs):
             results += fits
