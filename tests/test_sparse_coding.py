@@ -15,14 +15,8 @@ from pyro_sparse.baselines.fista import (
     sparse_coding_objective,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # These problems are tiny; on a shared CPU extra intra-op threads only add contention.
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+# These problems are tiny; on a shared CPU extra intra-op threads only add contention.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _problem(D, K, N=4, seed=0):

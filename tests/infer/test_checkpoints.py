@@ -28,13 +28,8 @@ WARMUP = Schedule(kl_warmup_epochs=2)
 TINY = dict(latent_dim=3, batch_size=50, hidden_dims=(8,), schedule=WARMUP, progress=False)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Bit-for-bit comparisons need the same reduction order in every run.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Bit-for-bit comparisons need the same reduction order in every run.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
