@@ -32,6 +32,14 @@ def run_script(name, *args):
     return completed.stdout
 
 
+def load_benchmark(name):
+    """A benchmark script imported as a module (for its functions)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "benchmarks", name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def check_outputs(stem, pngs):
     for path in [stem + ".json", stem + ".md", *pngs]:
         assert os.path.getsize(path) > 0, f"{path} is empty"
@@ -165,10 +173,7 @@ def test_gpu_fit_time_quick(tmp_path):
 
 
 def test_single_cell_time_compares_mean_curves_and_each_seed_with_its_own_vae(monkeypatch):
-    spec = importlib.util.spec_from_file_location("single_cell_counts", os.path.join(REPO, "benchmarks",
-                                                                                     "single_cell_counts.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("single_cell_counts")
     # (seconds, heldout LL) at 10 and 20 epochs per model and seed; the 20-epoch points are the models part's rows.
     points = {("vae", 0): [(1, -12), (2, -10)], ("vae", 1): [(1, -13), (4, -12)],
               ("ssl_dgm", 0): [(3, -10.5), (6, -9)], ("ssl_dgm", 1): [(3, -11), (6, -10)],
@@ -254,7 +259,7 @@ def test_synthetic_recovery_smoke(tmp_path):
         "synthetic_recovery.py", "--generator", "correlated", "--levels", "0.3", "--likelihoods", "bernoulli",
         "--models", "VAE;sparse VAE, learned R;sparse VAE, learned R, sparse restart;"
         "sparse VAE, learned R, 2 sparse restarts", "--seeds", "1", "--epochs", "1",
-        "--restarts", "2", "--jobs", "1", "--out", str(tmp_path),
+        "--restarts", "2", "--n-init-stability", "--jobs", "1", "--out", str(tmp_path),
     )
     results = check_outputs(str(tmp_path / "synthetic_recovery_correlated"), [])
     assert {(run["level"], run["likelihood"]) for run in results["results"]} == {(0.3, "bernoulli")}
@@ -265,10 +270,7 @@ def test_synthetic_recovery_smoke(tmp_path):
     assert loss["sparse VAE, learned R, first fit or sparse restart (lower loss)"] == min(
         loss["sparse VAE, learned R"], loss["sparse VAE, learned R, sparse restart"])
     # The 2-restart row continues the 1-restart fit of the same seeds, and is what sparse_restart=2 gives.
-    spec = importlib.util.spec_from_file_location("synthetic_recovery", os.path.join(REPO, "benchmarks",
-                                                                                     "synthetic_recovery.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("synthetic_recovery")
     twice = module.SPARSE_RESTARTS_2
     train, _ = module.correlated_split(0.3, 0, "bernoulli")
     fitted, _ = module.fit_synthetic("ssl_dgm", train.X, 0, 1, module.MODELS[twice][1], 8, "bernoulli")
@@ -279,6 +281,7 @@ def test_synthetic_recovery_smoke(tmp_path):
     assert "## Targets (issue 18): sparse VAE, learned R, 2 sparse restarts, best of 2 (n_init)" in text
     # The VAE is restarted too, so its seed stability stands beside the sparse VAE's.
     assert "(VAE " in text.split("seed stability ≥ 0.9")[1].splitlines()[0]
+    assert "(VAE " in text.split("seed stability ≥ 0.9 (between n_init fits)")[1].splitlines()[0]
     assert sum(run["label"] == "VAE" for run in results["results"]) == 1
 
 
@@ -325,10 +328,7 @@ def test_support_oracle_smoke(tmp_path):
 
 
 def test_magnitude_columns_finds_a_spare_code_that_follows_a_factors_magnitude():
-    spec = importlib.util.spec_from_file_location("synthetic_recovery", os.path.join(REPO, "benchmarks",
-                                                                                     "synthetic_recovery.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("synthetic_recovery")
     rng = np.random.default_rng(0)
     true_z = rng.normal(size=(500, 2))
     # Codes: factor 1, factor 0, |factor 1| + noise, and a fourth code of noise; columns 0, 1 matched.
@@ -338,3 +338,19 @@ def test_magnitude_columns_finds_a_spare_code_that_follows_a_factors_magnitude()
     assert module.magnitude_columns(z, true_z, included, [1, 0]) == {2: 1}
     included[:, 2] = False  # a column with no entries is not in use
     assert module.magnitude_columns(z, true_z, included, [1, 0]) == {}
+
+
+def test_n_init_stability_compares_the_fits_n_init_keeps_from_disjoint_seeds():
+    module = load_benchmark("synthetic_recovery")
+    rng = np.random.default_rng(0)
+    shared = rng.normal(size=(200, 3))
+    # Seeds 0 and 2 find the same codes at a low loss, seeds 1 and 3 noise at a high one.
+    runs = [{"data_seed": 0, "loss": loss, "codes": shared if good else rng.normal(size=(200, 3))}
+            for good, loss in [(True, 1.0), (False, 5.0), (True, 1.5), (False, 4.0)]]
+    from pyro_sparse.evaluation import code_stability
+
+    noise = code_stability([shared, runs[3]["codes"]]).code_correlation  # split {0, 2} | {1, 3} keeps 0 and 3
+    # Splits {0, 1} | {2, 3} and {0, 3} | {1, 2} keep seeds 0 and 2: identical codes.
+    measured = module.n_init_stability(runs, 2)
+    assert measured["stability_n_init_codes"] == pytest.approx((1 + noise + 1) / 3)
+    assert noise < 0.3 and measured["stability_n_init_support"] is None
