@@ -246,7 +246,7 @@ def n_init_stability(runs, restarts):
     Seed stability of ``SparseVAE(n_init=restarts)`` fits of one cell: for
     each data seed with at least ``2 * restarts`` fits, every split into two
     disjoint sets of ``restarts`` fits, the lower-loss fit of each set, and
-    their :func:`stability`; averaged over splits, then data seeds.
+    the two fits' ``code_stability``; averaged over splits, then data seeds.
     """
     from pyro_sparse.evaluation import code_stability
 
@@ -428,10 +428,11 @@ def main():
     # Targets are checked on the best of the restarts (n_init), or on the single fit with --restarts 1.
     candidates = {label: BEST_OF.format(label=label, n=args.restarts) if args.restarts > 1 else label
                   for label in restarted}
-    if args.restarts > 1:
-        # The single-run row shows the first restart of each data seed, as the other models; the best-of rows
-        # keep the best of the first `restarts` seeds.
+    if fits > 1:
+        # The single-run row shows the first restart of each data seed, as the other models.
         results = [r for r in results if r["label"] not in repeated or r["seed"] == r["data_seed"] * fits]
+    if args.restarts > 1:
+        # The best-of rows keep the best of the first `restarts` seeds.
         first = [r for r in restarts if r["seed"] < r["data_seed"] * fits + args.restarts]
         results += [run for label in restarted for run in best_of(first, label, args.restarts)]
     cells = {}
