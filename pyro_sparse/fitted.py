@@ -32,6 +32,10 @@ def evaluation_data(X, config):
         X, covariates, library = anndata_io.evaluation_data(X, config)
     elif config.get("covariates"):
         raise DataError("the model was trained with covariates from adata.obs: give it an AnnData with those columns")
+    elif (config.get("registration") or {}).get("size_factor_key"):
+        key = config["registration"]["size_factor_key"]
+        raise DataError(f"the model was trained with library sizes from adata.obs[{key!r}]: give it an AnnData "
+                        "with that column")
     check_feature_names(feature_names_of(X), config.get("feature_names"))
     matrix = as_matrix(X, name="X")
     if matrix.shape[1] != config["num_features"]:
@@ -39,6 +43,11 @@ def evaluation_data(X, config):
     check_values(matrix, config["likelihood"], name="X")
     return Dataset(matrix, config["likelihood"], config.get("feature_names"), config.get("layer"), covariates,
                    library)
+
+
+def _check_num_samples(num_samples):
+    if not is_count(num_samples):
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
 
 
 def top_features(W, k=5, names=None):
@@ -156,6 +165,7 @@ class FittedModel:
         recognition model activates for x (γ > 0.5), zero elsewhere, decoded
         to E[x | z].  Shape (num_samples, N, G).
         """
+        _check_num_samples(num_samples)
         samples = []
         for batch in self._batches(X):
             active = self._gates(batch) > 0.5
@@ -170,6 +180,7 @@ class FittedModel:
     @torch.no_grad()
     def sample_posterior(self, X, num_samples=1):
         """Draws z ~ q(z | x), shape (num_samples, N, K)."""
+        _check_num_samples(num_samples)
         return np.concatenate(
             [self._posterior(batch).sample((num_samples,)).cpu().numpy() for batch in self._batches(X)], axis=1
         )
@@ -271,8 +282,7 @@ class FittedModel:
         random, so repeated calls differ a little (``pyro.set_rng_seed`` makes
         them repeat).
         """
-        if not is_count(num_samples):
-            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+        _check_num_samples(num_samples)
         prior = self._prior("W").distribution().base_dist
         if not hasattr(prior, "slab_region_probability"):
             raise AttributeError(f"support_probability needs the Spike-and-Slab Lasso mask prior ('ssl' or "
@@ -328,8 +338,7 @@ class FittedModel:
         or, under ``library="latent"``, integrates over it: compare only fits
         that treat the library alike.
         """
-        if not is_count(num_samples):
-            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+        _check_num_samples(num_samples)
         return np.concatenate(
             [
                 importance_log_likelihood(self.model, self.guide, batch.x, num_samples, **batch.kwargs).cpu().numpy()

@@ -48,6 +48,9 @@ MODELS = {
 
 def get_entry(name):
     """The registry entry of model ``name``, or a ValueError listing the registered ones."""
+    if not isinstance(name, str):
+        raise TypeError(f"the model is named by a string, one of {sorted(MODELS)}, got a {type(name).__name__}; "
+                        "the data go second: train(model, data)")
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; registered models: {sorted(MODELS)}")
     return MODELS[name]

@@ -215,6 +215,11 @@ class SVIModel:
         aligned to the features, in JSON).
         """
         hyper = {k: v for k, v in hyper.items() if not (k in _WIDTHS and v is None)}  # None: the default
+        noise = sorted(k for k in ("noise_nu", "noise_xi", "min_noise_variance") if k in hyper)
+        noise += ["noise"] if hyper.get("noise", "global") != "global" else []
+        if likelihood != "gaussian" and noise:
+            raise ValueError(f"{noise} set the noise of the gaussian likelihood; the {likelihood} likelihood "
+                             "has none: leave them out")
         if likelihood in COUNT_LIKELIHOODS and "hidden_dims" not in hyper:
             hyper = {**self.count_networks, **hyper}
         for name in _WIDTHS:
@@ -505,8 +510,9 @@ class SVIModel:
     def load(self, path, config, states, history, device, priors):
         """A FittedModel from a model file's configuration and tensors; ``priors`` as given to ``load``."""
         custom_priors = _custom_priors(path, config, priors)
+        device = resolve_device(device)  # outside the try: a bad device is the caller's, not the file's
         try:
-            model, guide, _ = self.assemble(config, resolve_device(device), custom_priors)
+            model, guide, _ = self.assemble(config, device, custom_priors)
             model.load_state_dict(states["model"])
             guide.load_state_dict(states["guide"])
         except (KeyError, TypeError, ValueError, RuntimeError) as error:

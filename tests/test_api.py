@@ -151,6 +151,20 @@ def test_bad_arguments_are_named(data):
         pyro_sparse.train("ssl_dgm")
 
 
+def test_sample_counts_are_checked(fitted, data):
+    for method in (fitted.sample_posterior, fitted.heldout_log_likelihood):
+        for bad in (0, -1, 2.5):
+            with pytest.raises(ValueError, match=f"num_samples must be a positive integer, got {bad}"):
+                method(data.X, num_samples=bad)
+
+
+def test_a_bad_device_is_named_as_the_callers_not_the_files(fitted, tmp_path):
+    fitted.save(tmp_path / "model.pt")
+    with pytest.raises(ValueError, match="device must be 'auto', 'cpu', 'cuda'") as error:
+        pyro_sparse.load(tmp_path / "model.pt", device="gpu")
+    assert not isinstance(error.value, pyro_sparse.io.serialization.ModelFileError)
+
+
 def test_transform_checks_the_number_of_features(fitted):
     with pytest.raises(DataError, match="has 6 features but the model was trained on 7"):
         fitted.transform(np.zeros((3, 6)))

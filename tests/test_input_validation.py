@@ -296,11 +296,36 @@ def test_tensors_without_a_numpy_dtype_are_read(X):
         ({"batch_size": 0}, ValueError, "batch_size"),
         ({"lr": float("inf")}, ValueError, "lr must be positive and finite"),
         ({"device": "tpu"}, ValueError, "device must be 'auto', 'cpu', 'cuda'"),
+        ({"seed": True}, ValueError, r"seed must be an integer in \[0, 2\*\*32\)"),
+        ({"seed": -1}, ValueError, "seed must be an integer"),
+        ({"seed": "1"}, ValueError, "seed must be an integer"),
+        ({"dispersion": "gene-batch"}, ValueError, "dispersion='gene-batch' is for the negative_binomial"),
     ],
 )
 def test_bad_settings_are_named(X, settings_, error, message):
     with pytest.raises(error, match=message):
         pyro_sparse.train("ssl_dgm", X, **{**TINY, **settings_})
+
+
+@pytest.mark.parametrize("model, options, named", [
+    ("ssl_dgm", {"noise_nu": 5.0}, "'noise_nu'"),
+    ("vae", {"noise": "heteroscedastic", "noise_xi": 0.5}, "'noise_xi', 'noise'"),
+])
+def test_gaussian_noise_options_with_another_likelihood_are_named(X, model, options, named):
+    # Recorded and ignored before: the fit was the one without them.
+    binary = (X > 0).astype(float)
+    with pytest.raises(ValueError, match=rf"\[{named}\] set the noise of the gaussian likelihood"):
+        pyro_sparse.train(model, binary, likelihood="bernoulli", **options, **TINY)
+
+
+def test_the_default_noise_passes_with_any_likelihood(X):
+    # The VAE estimator passes noise="global" whatever its likelihood.
+    pyro_sparse.train("vae", (X > 0).astype(float), likelihood="bernoulli", noise="global", **TINY)
+
+
+def test_data_given_first_is_named(X):
+    with pytest.raises(TypeError, match=r"the data go second: train\(model, data\)"):
+        pyro_sparse.train(X)
 
 
 def test_a_batch_larger_than_the_data_warns_and_trains_full_batch(X):

@@ -237,6 +237,9 @@ class NMF:
             hints = [hint for hint in map(setting_hint, unknown) if hint]
             raise TypeError(f"model {name!r} has no option(s) {unknown}" + (f" ({'; '.join(hints)})" if hints else "")
                             + f"; it accepts {list(self._OPTIONS)}")
+        if dataset.covariates is not None or dataset.library is not None:
+            raise ValueError(f"model {name!r} takes no covariates or library sizes (batch_key, covariate or "
+                             "size_factor keys of the AnnData registration); fit an SVI model such as 'vae' for them")
         fitted = FittedNMF.fit(dataset.matrix, latent_dim=latent_dim, likelihood=dataset.likelihood,
                                seed=settings.seed, **hyper)
         fitted.config.update(feature_names=dataset.feature_names, layer=dataset.layer)

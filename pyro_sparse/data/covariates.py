@@ -21,6 +21,16 @@ def _column(table, key, name):
     return table[key]
 
 
+def _categories_of(table, key, name):
+    """A categorical column's values; a missing value would otherwise become a category named 'nan'."""
+    values = _column(table, key, name)
+    missing = int(values.isna().sum())
+    if missing:
+        raise DataError(f"{name}[{key!r}] has {missing} missing values; fill them (e.g. with a category 'unknown') "
+                        "or drop those rows")
+    return values
+
+
 @dataclass
 class CovariateSpec:
     """
@@ -39,8 +49,11 @@ class CovariateSpec:
         keys = ([batch_key] if batch_key is not None else []) + [k for k in categorical_keys if k != batch_key]
         categorical = {}
         for key in keys:
-            values = _column(table, key, name)
-            categories = list(values.cat.categories) if hasattr(values, "cat") else sorted(set(values))
+            values = _categories_of(table, key, name)
+            try:
+                categories = list(values.cat.categories) if hasattr(values, "cat") else sorted(set(values))
+            except TypeError:
+                raise DataError(f"{name}[{key!r}] mixes types (e.g. numbers and strings); give it one type") from None
             categorical[key] = [str(category) for category in categories]
         continuous = {}
         for key in continuous_keys:
@@ -64,7 +77,7 @@ class CovariateSpec:
         """The (N, C) float32 covariates of ``table``'s rows."""
         blocks = []
         for key, categories in self.categorical.items():
-            values = np.asarray(_column(table, key, name)).astype(str)
+            values = np.asarray(_categories_of(table, key, name)).astype(str)
             index = {category: i for i, category in enumerate(categories)}
             unseen = sorted(str(value) for value in set(values) - set(index))
             if unseen:

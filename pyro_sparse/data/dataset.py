@@ -24,8 +24,13 @@ class DataSummary:
     @classmethod
     def of(cls, matrix):
         if sp.issparse(matrix):
-            mean = np.asarray(matrix.mean(0)).ravel()
-            variance = np.asarray(matrix.multiply(matrix).mean(0)).ravel() - mean**2
+            # Two passes in float64 over the stored entries; the implicit zeros each add mean².
+            entries = matrix.tocoo()
+            num_data, num_features = matrix.shape
+            mean = np.bincount(entries.col, weights=entries.data.astype(np.float64), minlength=num_features) / num_data
+            residuals = entries.data - mean[entries.col]
+            zeros = num_data - np.bincount(entries.col, minlength=num_features)
+            variance = (np.bincount(entries.col, weights=residuals**2, minlength=num_features) + zeros * mean**2) / num_data
         else:
             variance, mean = torch.var_mean(matrix.double(), dim=0, correction=0)
             mean, variance = mean.numpy(), variance.numpy()

@@ -32,6 +32,13 @@ MAX_STANDARDIZED_VALUE = 1e12
 
 def _values(data, name):
     """The numpy values of a tensor, array, DataFrame or nested list."""
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(data, pandas.DataFrame):
+        dtypes = list(data.dtypes)
+        if any(not isinstance(dtype, np.dtype) for dtype in dtypes) and all(
+                pandas.api.types.is_numeric_dtype(dtype) for dtype in dtypes):
+            # Nullable columns (Int64, Float64, boolean) hold pandas.NA, which numpy reads as objects.
+            return data.to_numpy(dtype=np.float64, na_value=np.nan)
     if torch.is_tensor(data):
         data = data.detach().cpu()
         if data.is_floating_point() and data.dtype not in (torch.float16, torch.float32, torch.float64):
@@ -41,6 +48,24 @@ def _values(data, name):
         return np.asarray(data)
     except (ValueError, TypeError) as error:
         raise DataError(f"{name} cannot be read as a matrix: {error}; are its rows of different lengths?") from None
+
+
+def _canonical_csr(data, name):
+    """
+    ``data`` as a CSR matrix whose stored values are its values: column
+    indices checked (a damaged file's out-of-range index would make scipy
+    write outside the matrix) and duplicate entries summed (the checks read
+    the stored values).
+    """
+    matrix = sp.csr_matrix(data)
+    try:
+        matrix.check_format(full_check=True)
+    except ValueError as error:
+        raise DataError(f"{name} is not a valid sparse matrix ({error}); the data or its file may be damaged") from None
+    if not matrix.has_canonical_format:
+        matrix = matrix.copy()
+        matrix.sum_duplicates()
+    return matrix
 
 
 def as_matrix(data, name="data"):
@@ -53,7 +78,7 @@ def as_matrix(data, name="data"):
     if isinstance(data, OnDisk):
         return data
     if sp.issparse(data):
-        original = sp.csr_matrix(data)
+        original = _canonical_csr(data, name)
         values, shape = original.data, original.shape
     else:
         original = _values(data, name)

@@ -63,7 +63,10 @@ class SelectedSpikeAndSlab(TorchDistribution):
             self._validate_sample(value)
         # (..., 1, K) against (P, K): log density of each component, summed over k.
         per_component = self.components.log_prob(value.unsqueeze(-2)).sum(-1)
-        return torch.logsumexp(per_component + self.mixture_weights.log(), dim=-1)
+        # log Σ_p π_p e^{ℓ_p} shifted by max ℓ rather than through log π_p, whose gradient at a
+        # zero weight (allowed: weights are non-negative) would turn every weight's gradient NaN.
+        largest = per_component.amax(-1, keepdim=True).detach().nan_to_num(neginf=0.0)  # all -inf: log 0
+        return largest.squeeze(-1) + (self.mixture_weights * (per_component - largest).exp()).sum(-1).log()
 
     @property
     def mean(self):
@@ -95,4 +98,6 @@ def _kl_spike_and_slab_to_selected(q, p):
         base.gate.unsqueeze(-2), base.loc.unsqueeze(-2), base.scale.unsqueeze(-2), slope=base.slope
     )
     per_component = kl_divergence(expanded, p.components).sum(-1)  # (..., P)
-    return (p.mixture_weights * per_component).sum(-1)
+    weights = p.mixture_weights
+    # A component of weight 0 drops out, even where its KL is infinite (0 · ∞ would be NaN).
+    return torch.where(weights > 0, weights * torch.where(weights > 0, per_component, 0.0), 0.0).sum(-1)

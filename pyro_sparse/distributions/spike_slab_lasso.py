@@ -50,24 +50,24 @@ class SpikeSlabLasso(TorchDistribution):
         new._validate_args = self._validate_args
         return new
 
-    def _component_log_probs(self, value):
-        """log η ψ1(w) and log (1-η) ψ0(w), the two terms of the mixture."""
+    def _log_densities(self, value):
+        """log ψ1(w) and log ψ0(w), the slab's and the spike's Laplace log-densities."""
         abs_value = value.abs()
-        log_slab = (
-            torch.log(self.eta) + torch.log(self.lambda1 / 2) - self.lambda1 * abs_value
-        )
-        log_spike = (
-            torch.log1p(-self.eta)
-            + torch.log(self.lambda0 / 2)
-            - self.lambda0 * abs_value
-        )
-        return log_slab, log_spike
+        return (torch.log(self.lambda1 / 2) - self.lambda1 * abs_value,
+                torch.log(self.lambda0 / 2) - self.lambda0 * abs_value)
 
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        log_slab, log_spike = self._component_log_probs(value)
-        return torch.logaddexp(log_slab, log_spike)
+        # log(η ψ1 + (1-η) ψ0) with the larger log ψ of the weighted components factored out, not
+        # through log η and log(1-η), whose infinite gradients at η = 0 or 1 (allowed) made η's NaN.
+        # The weightless component's term is capped below overflow (its gradient is exact up to there).
+        log_psi1, log_psi0 = self._log_densities(value)
+        shift = torch.maximum(log_psi1.masked_fill(self.eta == 0, -math.inf),
+                              log_psi0.masked_fill(self.eta == 1, -math.inf)).detach()
+        cap = math.log(torch.finfo(shift.dtype).max) - 1
+        slab, spike = ((log_psi - shift).clamp(max=cap).exp() for log_psi in (log_psi1, log_psi0))
+        return shift + torch.log(self.eta * slab + (1 - self.eta) * spike)
 
     def inclusion_probability(self, value):
         r"""
@@ -75,8 +75,8 @@ class SpikeSlabLasso(TorchDistribution):
         E[γ | w, η] = η ψ1(w) / (η ψ1(w) + (1-η) ψ0(w))  (Eq. 57).
         Computed from log-densities so it neither under- nor overflows.
         """
-        log_slab, log_spike = self._component_log_probs(value)
-        return torch.sigmoid(log_slab - log_spike)
+        log_psi1, log_psi0 = self._log_densities(value)
+        return torch.sigmoid(torch.log(self.eta) + log_psi1 - torch.log1p(-self.eta) - log_psi0)
 
     def penalty_weight(self, value):
         r"""

@@ -146,6 +146,7 @@ class Checkpointer:
     """Saves a run to ``path`` every ``every`` epochs, and when the run ends or diverges."""
 
     def __init__(self, path, every, run_config):
+        serialization.check_writable(path)  # not only when the first checkpoint is due
         self.path, self.every, self.run_config = path, every, run_config
 
     def save(self, snapshot):
@@ -197,8 +198,8 @@ def _check_same_run(saved, current, path):
                if saved[name] != current[name]]
     for part in ("hyperparameters", "training"):
         names = sorted((saved[part].keys() | current[part].keys()) - {"max_epochs", "kl_warmup_epochs"})
-        if part == "hyperparameters":
-            names = [name for name in names if name in saved[part]]  # older files record the user's options only
+        # Older files record the user's options only, and fewer training settings.
+        names = [name for name in names if name in saved[part]]
         changed += [(name, saved[part].get(name), current[part].get(name)) for name in names
                     if saved[part].get(name) != current[part].get(name)]
     # The default KL warm-up (and the threshold warm-up that follows it) lasts max_epochs / 4: a run extended

@@ -207,6 +207,9 @@ class TrainingSettings:
     def __post_init__(self):
         _require(is_count(self.max_epochs), f"max_epochs must be a positive integer, got {self.max_epochs!r}")
         _require(is_count(self.batch_size), f"batch_size must be a positive integer, got {self.batch_size!r}")
+        # numpy's seeds (pyro.set_rng_seed seeds it too) are integers in [0, 2**32).
+        _require(is_count(self.seed, minimum=0) and self.seed < 2**32,
+                 f"seed must be an integer in [0, 2**32), got {self.seed!r}")
         _require(isinstance(self.lr, (int, float, np.number)) and 0 < self.lr < math.inf,
                  f"lr must be positive and finite, got {self.lr!r}")
         for name, cls in CONFIGS.items():
@@ -226,6 +229,5 @@ class TrainingSettings:
         optimization, schedule = asdict(self.optimization), asdict(self.schedule)
         return {
             "max_epochs": int(self.max_epochs), "batch_size": int(self.batch_size), "lr": float(self.lr),
-            "seed": int(self.seed), **optimization, "kl_warmup_epochs": schedule["kl_warmup_epochs"],
-            "precision": self.hardware.precision,
+            "seed": int(self.seed), **optimization, **schedule, "precision": self.hardware.precision,
         }

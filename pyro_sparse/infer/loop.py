@@ -177,7 +177,8 @@ class Trainer:
         bar = tqdm(total=settings.max_epochs, initial=self.loop.epoch, disable=not settings.progress, desc="epochs")
         self.throughput = Throughput(bar)
         try:
-            while self.loop.epoch < settings.max_epochs:
+            # A run resumed from the checkpoint of one that stopped early has nothing left to train.
+            while self.loop.epoch < settings.max_epochs and not self._patience_spent():
                 if not self._epoch(train_data):
                     continue  # rolled back: the epoch starts again
                 bar.update()
@@ -269,13 +270,16 @@ class Trainer:
         if validation_data is not None:
             self._validate(validation_data)
         loop.epoch += 1
-        patience = self.settings.schedule.early_stopping
-        stop = bool(patience) and loop.epochs_without_improvement >= patience
+        stop = self._patience_spent()
         self.last_good = checkpoints.capture(loop, *self._live)
         every = self.checkpoint.every if self.checkpoint is not None else None
         if every is not None and (stop or loop.epoch == self.settings.max_epochs or loop.epoch % every == 0):
             self.checkpoint.save(self.last_good)
         return stop
+
+    def _patience_spent(self):
+        patience = self.settings.schedule.early_stopping
+        return bool(patience) and self.loop.epochs_without_improvement >= patience
 
     def _validate(self, validation_data):
         loop = self.loop

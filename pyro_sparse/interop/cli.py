@@ -1,6 +1,7 @@
 """The ``pyro-sparse`` command line."""
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -49,19 +50,27 @@ def _read_npz(source):
 
 
 def _read_table(source):
-    """A numeric .csv/.tsv/.txt table, with an optional header row of names."""
+    """
+    A numeric .csv/.tsv/.txt table, with an optional header row of names: a
+    first row that is not all numbers, or is pandas' header of an unnamed
+    frame (0, 1, ..., G - 1).  A header whose first name is empty (pandas'
+    ``to_csv`` with its index) marks a first column of row labels, left out.
+    """
     delimiter = "\t" if source.lower().endswith(".tsv") else ","
     with open(source) as stream:
         header = [name.strip().strip('"').strip("'") for name in stream.readline().strip().split(delimiter)]
     try:
         [float(value) for value in header]
-        names, skip = None, 0
+        is_header = header == [str(j) for j in range(len(header))]
     except ValueError:
-        names, skip = header, 1
+        is_header = True
+    labelled = is_header and len(header) > 1 and header[0] == ""
+    names = (header[1:] if labelled else header) if is_header else None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "input contained no data": reported below
-            X = np.loadtxt(source, delimiter=delimiter, skiprows=skip, ndmin=2)
+            X = np.loadtxt(source, delimiter=delimiter, skiprows=int(is_header), ndmin=2,
+                           usecols=range(1, len(header)) if labelled else None)
     except ValueError as error:
         raise DataError(f"{source!r} is not a numeric table: {error}") from None
     if X.size == 0:
@@ -179,6 +188,14 @@ def _figures(fitted, X, names, image_shape):
     return figures
 
 
+def _checkpointing(args):
+    """The model's own Checkpointing (tvsc rolls back divergences) with the command line's files; None without."""
+    if args.checkpoint is None and args.resume is None:
+        return None
+    default = getattr(MODELS[args.model], "training_defaults", {}).get("checkpointing", Checkpointing())
+    return dataclasses.replace(default, path=args.checkpoint, resume_from=args.resume)
+
+
 def _fit(args, X, default_likelihood):
     """``train`` with the command line's settings."""
     hyper = dict(args.option)
@@ -193,7 +210,7 @@ def _fit(args, X, default_likelihood):
         likelihood=args.likelihood or default_likelihood, max_epochs=args.epochs, batch_size=args.batch_size,
         lr=args.lr, seed=args.seed, device=args.device, progress=not args.quiet,
         schedule=Schedule(validation_fraction=args.validation_fraction, kl_warmup_epochs=args.kl_warmup_epochs),
-        checkpointing=Checkpointing(path=args.checkpoint, resume_from=args.resume),
+        checkpointing=_checkpointing(args),
         hardware=Hardware(precision=args.precision, strategy=args.strategy),
         **hyper,
     )
@@ -220,7 +237,12 @@ def _train(args):
     X, names, truth, default_likelihood = read_data(args.data, args.n, args.rho, args.seed)
     image_shape = _image_shape(args, X.shape[1])
     os.makedirs(args.out, exist_ok=True)  # before training: a bad --out must not cost a run
-    fitted = _fit(args, X, default_likelihood)
+    data = X
+    if names is not None and isinstance(X, np.ndarray):
+        import pandas
+
+        data = pandas.DataFrame(X, columns=[str(name) for name in names])  # the model keeps the names
+    fitted = _fit(args, data, default_likelihood)
     if not distributed.is_main_process():
         return  # every rank ends with the same model; rank 0 reports and writes it
     fitted.save(os.path.join(args.out, "model.pt"))
@@ -282,7 +304,7 @@ def build_parser():
                      help="the encoder's widths, if not those of --hidden-dims")
     fit.add_argument("--epochs", type=int, default=200)
     fit.add_argument("--batch-size", type=int, default=100)
-    fit.add_argument("--lr", type=float, default=0.01)
+    fit.add_argument("--lr", type=float, default=None, help="default: the model's (0.01; tvsc 1e-3)")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--lambda0", type=float, default=None)
     fit.add_argument("--lambda1", type=float, default=None)

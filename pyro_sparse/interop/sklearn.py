@@ -148,6 +148,8 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self.fitted_ = min(fits, key=lambda fitted: fitted.history_["train_loss"][-1])
         if n_init > 1:
             self.factor_stability_ = factor_stability(fits, X)
+        else:
+            vars(self).pop("factor_stability_", None)  # a refit leaves nothing of the fit before
         return self
 
     def transform(self, X):

@@ -113,6 +113,10 @@ def registration_of(adata, layer=None, batch_key=None):
     """``adata``'s registration (:func:`setup_anndata`), with ``layer`` and ``batch_key`` given to ``train`` on top."""
     registration = dict(adata.uns.get(REGISTRATION_KEY, {}))
     registration = {field: registration.get(field) for field in _FIELDS}
+    for field in ("categorical_covariate_keys", "continuous_covariate_keys"):
+        # An .h5ad file gives the key lists back as numpy arrays (float64 when empty).
+        registration[field] = [str(key) for key in np.atleast_1d(registration[field] if registration[field]
+                                                                   is not None else [])]
     for field, value in (("layer", layer), ("batch_key", batch_key)):
         if value is not None:
             registration[field] = value
@@ -122,6 +126,9 @@ def registration_of(adata, layer=None, batch_key=None):
 def _library(adata, key):
     if key is None:
         return None
+    if key not in adata.obs:
+        raise DataError(f"adata.obs has no column {key!r}, the library sizes the model was trained with "
+                        f"(it has {list(adata.obs.columns)})")
     values = np.asarray(adata.obs[key], dtype=np.float64)
     if not (np.all(np.isfinite(values)) and np.all(values > 0)):
         raise DataError(f"adata.obs[{key!r}] (the library sizes) must be positive and finite")

@@ -42,6 +42,26 @@ def _checksum(config_json, states):
     return digest.hexdigest()
 
 
+def _temporary_beside(path):
+    """``(handle, name)`` of a new file in ``path``'s folder (made if missing), to be renamed to ``path``."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path!r} is a folder; give the name of a file to write")
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        return tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
+    except OSError as error:
+        raise type(error)(error.errno, f"cannot write {path!r}: {error.strerror}", error.filename) from None
+
+
+def check_writable(path):
+    """Raise now, before any training, if a file cannot be written at ``path``."""
+    handle, temporary = _temporary_beside(path)
+    os.close(handle)
+    os.unlink(temporary)
+
+
 def write(path, config, states, file_format=MODEL_FILE):
     """
     Write ``config`` (JSON-able dict) and ``states`` (name -> state dict)
@@ -57,15 +77,20 @@ def write(path, config, states, file_format=MODEL_FILE):
         "states": states,
         "checksum": _checksum(config_json, states),
     }
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
+    handle, temporary = _temporary_beside(path)
     try:
         with os.fdopen(handle, "wb") as stream:
             torch.save(payload, stream)
             stream.flush()
             os.fsync(stream.fileno())
+        # mkstemp makes the file private (0600); give it the mode of the file it replaces, or the umask's.
+        if os.path.exists(path):
+            mode = os.stat(path).st_mode & 0o777
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):

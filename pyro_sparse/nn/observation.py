@@ -61,6 +61,9 @@ class ObservationModel(nn.Module):
             # m_b starts at 0 here; train moves it to the log of the mean library (start_library).
             self.library_loc = nn.Parameter(torch.zeros(num_batches))
             self.library_log_scale = nn.Parameter(torch.zeros(num_batches))
+        if dispersion != "gene" and self.likelihood not in ("negative_binomial", "zinb"):
+            raise ValueError(f"dispersion={dispersion!r} is for the negative_binomial and zinb likelihoods, not "
+                             f"likelihood={self.likelihood!r}")
         if dispersion == "gene-batch" and num_batches == 1:
             raise ValueError("dispersion='gene-batch' needs a batch covariate (batch_key)")
         self.num_batches, self.per_batch = num_batches, dispersion == "gene-batch"

@@ -53,3 +53,14 @@ def test_bad_columns_are_named(obs):
         CovariateSpec.fit(obs, batch_key="sample")
     with pytest.raises(DataError, match="NaN or infinite"):
         CovariateSpec.fit(obs.assign(percent_mito=[0.1, np.nan, 0.2, 0.3]), continuous_keys=["percent_mito"])
+
+
+@pytest.mark.parametrize("values", [[1.0, 2.0, np.nan, 1.0], ["a", None, "b", "a"], ["a", "b", np.nan, "a"]])
+def test_missing_categories_are_named(obs, values):
+    # A missing value is no category ('nan' would be one, and NaN != NaN made one per missing value).
+    table = obs.assign(batch=values)
+    with pytest.raises(DataError, match=r"adata.obs\['batch'\] has 1 missing values"):
+        CovariateSpec.fit(table, batch_key="batch")
+    spec = CovariateSpec.fit(obs, batch_key="batch")
+    with pytest.raises(DataError, match="1 missing values"):
+        spec.encode(obs.assign(batch=pandas.Categorical(["a", None, "b", "a"])))

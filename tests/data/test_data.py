@@ -62,3 +62,34 @@ def test_sparse_minibatches_are_dense_rows_in_order():
 def test_object_and_string_dtypes(bad):
     with pytest.raises(DataError, match="numeric"):
         as_matrix(bad)
+
+
+def test_sparse_entries_are_checked_as_the_matrix_holds_them():
+    # A row listing column 0 twice holds 1 + 1 = 2 there, outside the bernoulli's {0, 1}, though every stored value is 1.
+    duplicated = sp.csr_matrix((np.ones(3), np.array([0, 0, 1]), np.array([0, 2, 3])), shape=(2, 3))
+    assert duplicated.toarray()[0, 0] == 2
+    with pytest.raises(DataError, match="outside"):
+        check_values(as_matrix(duplicated), "bernoulli")
+    # An out-of-range column index (a damaged file) would make scipy write outside the matrix.
+    damaged = sp.csr_matrix((np.ones(2), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 3))
+    damaged.indices[1] = 7
+    with pytest.raises(DataError, match="not a valid sparse matrix"):
+        as_matrix(damaged)
+
+
+def test_sparse_and_dense_data_have_the_same_feature_variances():
+    # A feature with mean 1000 and sd 0.1: E[x²] - E[x]² in float32 cancels to 0.
+    rng = np.random.default_rng(0)
+    dense = np.c_[1000 + 0.1 * rng.normal(size=400), rng.normal(size=400)].astype(np.float32)
+    dense[::3] = 0.0
+    summaries = [Dataset.from_data(data, "gaussian").summary for data in (dense, sp.csr_matrix(dense))]
+    np.testing.assert_allclose(summaries[1].feature_variances, summaries[0].feature_variances, rtol=1e-9)
+    np.testing.assert_allclose(summaries[1].feature_means, summaries[0].feature_means, rtol=1e-9)
+
+
+def test_nullable_dataframe_columns_are_read_as_numbers():
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.DataFrame({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5]}).convert_dtypes()
+    np.testing.assert_array_equal(as_matrix(frame).numpy(), [[1, 0.5], [2, 1.5], [3, 2.5]])
+    with pytest.raises(DataError, match="NaN"):
+        as_matrix(frame.astype({"a": "Int64"}).assign(a=[1, None, 3]))

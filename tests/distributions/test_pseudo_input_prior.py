@@ -66,6 +66,24 @@ def test_tiny_selection_weights_still_give_a_proper_mixture(scale):
                                kl_divergence(posterior(batch=1, latent=2), plain))
 
 
+def test_a_zero_selection_weight_drops_its_component():
+    # Weights are non-negative, so 0 is allowed: its component leaves the density and the KL, and the
+    # gradients stay finite (log 0 and 0 · ∞ made every weight's gradient, and the KL, NaN).
+    components = SpikeAndSlab(torch.tensor([[1.0, 1.0], [0.5, 0.5], [0.5, 0.5]]), torch.randn(3, 2),
+                              torch.ones(3, 2))
+    weights = torch.tensor([0.0, 1.0, 0.5], requires_grad=True)
+    x = torch.tensor([0.3, 0.0])  # component 0 has no atom: density 0 at x, and an infinite KL from q below
+    SelectedSpikeAndSlab(weights, components).log_prob(x).backward()
+    densities = components.log_prob(x).sum(-1).exp()
+    expected = densities / (weights.detach() * densities).sum() - 1 / weights.detach().sum()
+    torch.testing.assert_close(weights.grad, expected)
+    q = SpikeAndSlab(torch.tensor([0.3, 0.6]), torch.tensor([0.1, -0.2]), torch.tensor([0.8, 1.1])).to_event(1)
+    rest = SelectedSpikeAndSlab(weights.detach()[1:], SpikeAndSlab(components.gate[1:], components.loc[1:],
+                                                                   components.scale[1:]))
+    torch.testing.assert_close(kl_divergence(q, SelectedSpikeAndSlab(weights.detach(), components)),
+                               kl_divergence(q, rest))
+
+
 def test_pseudo_input_prior_is_uniform_when_no_selection_score_is_positive():
     # All ReLU scores 0 give every u* = sigmoid(-a b): at a = 70 that is ~6e-16 each, and the mixture must
     # still be the uniform one, not a density that integrates to less than 1.

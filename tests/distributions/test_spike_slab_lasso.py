@@ -119,6 +119,18 @@ def test_log_prob_extreme_values_finite():
     assert torch.isfinite(lp).all()
 
 
+@pytest.mark.parametrize("eta", [0.0, 1.0])
+def test_gradient_of_eta_is_finite_at_its_bounds(eta):
+    # d/dη log(η ψ1 + (1-η) ψ0) = (ψ1 - ψ0) / p, finite at η = 0 and 1 (log η there made it NaN).
+    eta = torch.tensor(eta, dtype=torch.float64, requires_grad=True)
+    w = torch.tensor(0.1, dtype=torch.float64)
+    log_p = SpikeSlabLasso(eta, 20.0, 1.0).log_prob(w)
+    log_p.backward()
+    slab, spike = numpy_density(0.1, 1.0, 20.0, 1.0), numpy_density(0.1, 0.0, 20.0, 1.0)
+    assert log_p.item() == pytest.approx(math.log(numpy_density(0.1, eta.item(), 20.0, 1.0)), rel=1e-12)
+    assert eta.grad.item() == pytest.approx((slab - spike) / math.exp(log_p.item()), rel=1e-12)
+
+
 # ------------------------------------------------------------ mean / var ---
 @pytest.mark.parametrize("eta,lambda0,lambda1", PARAMS[:4])
 def test_mean_variance_match_numerical_moments(eta, lambda0, lambda1):

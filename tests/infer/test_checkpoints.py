@@ -241,6 +241,45 @@ def test_a_checkpoint_of_another_run_is_refused(X, tmp_path):
                           max_epochs=2, **TINY)
 
 
+def test_a_run_that_stopped_early_resumes_to_the_same_model(X, tmp_path):
+    # Relaunching a finished job must return its model, not train on past the stop.
+    settings = {**TINY, "max_epochs": 30, "schedule": replace(WARMUP, validation_fraction=0.2, early_stopping=1)}
+    path = tmp_path / "run.ckpt"
+    stopped = pyro_sparse.train("vae", X, checkpointing=Checkpointing(path=path), **settings)
+    assert len(stopped.history_["train_loss"]) < 30
+    resumed = pyro_sparse.train("vae", X, checkpointing=Checkpointing(resume_from=path), **settings)
+    assert resumed.history_ == stopped.history_
+    assert_same_state(resumed, stopped)
+    # Early stopping is a setting of the run: adding it on resume would miss the best epoch before the checkpoint.
+    without = {**settings, "schedule": replace(WARMUP, validation_fraction=0.2)}
+    pyro_sparse.train("vae", X, checkpointing=Checkpointing(path=tmp_path / "plain.ckpt"), **without)
+    with pytest.raises(CheckpointError, match=r"early_stopping: None in the checkpoint, 1 now"):
+        pyro_sparse.train("vae", X, checkpointing=Checkpointing(resume_from=tmp_path / "plain.ckpt"), **settings)
+
+
+def test_a_checkpoint_path_that_cannot_be_written_is_named_before_training(X, tmp_path, monkeypatch):
+    (tmp_path / "results").write_text("a file, not a folder")
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda *args, **kwargs: pytest.fail("trained first"))
+    for path in (tmp_path / "results" / "run.ckpt", tmp_path):
+        with pytest.raises(OSError, match="cannot write|is a folder"):
+            pyro_sparse.train("vae", X, max_epochs=1, checkpointing=Checkpointing(path=path), **TINY)
+
+
+def test_saving_keeps_the_files_permissions(X, tmp_path):
+    # The temporary file is private (mkstemp: 0600); the saved model must not be.
+    fitted = pyro_sparse.train("vae", X, max_epochs=1, **TINY)
+    umask = os.umask(0o022)
+    try:
+        fitted.save(tmp_path / "new.pt")
+        assert (tmp_path / "new.pt").stat().st_mode & 0o777 == 0o644
+        (tmp_path / "shared.pt").write_bytes(b"")
+        os.chmod(tmp_path / "shared.pt", 0o664)
+        fitted.save(tmp_path / "shared.pt")
+        assert (tmp_path / "shared.pt").stat().st_mode & 0o777 == 0o664
+    finally:
+        os.umask(umask)
+
+
 def test_extending_a_run_keeps_its_kl_warmup(X, tmp_path):
     # The default KL warm-up is max_epochs / 4: extending a 4-epoch run to 8 with the default would restart it
     # at epoch 4 (the KL weight back to 1/2, a threshold warm-up back to dense codes), so it is refused, with

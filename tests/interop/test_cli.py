@@ -60,6 +60,37 @@ def test_reads_user_files(tmp_path, kind):
     assert (out / "model.pt").exists()
 
 
+def test_tables_written_by_pandas_are_read_with_their_names(tmp_path):
+    # pandas writes an unnamed frame's header as 0, 1, ... and its index first, under an empty name:
+    # neither may become a data row or a feature, and the names stay with the model.
+    pandas = pytest.importorskip("pandas")
+    X = np.random.default_rng(0).normal(size=(60, 4))
+    import pyro_sparse
+
+    for frame, index, names in ((pandas.DataFrame(X), False, ["0", "1", "2", "3"]),
+                                (pandas.DataFrame(X, columns=list("abcd")), True, list("abcd"))):
+        frame.to_csv(tmp_path / "data.csv", index=index)
+        out = tmp_path / f"run{index}"
+        assert main(["train", "--model", "vae", "--data", str(tmp_path / "data.csv"), "--out", str(out), *QUICK]) == 0
+        fitted = pyro_sparse.load(out / "model.pt")
+        assert (fitted.config["num_data"], fitted.config["feature_names"]) == (60, names)
+
+
+def test_the_command_line_keeps_the_models_training_defaults(tmp_path):
+    # tvsc trains at lr 1e-3 and rolls back divergences unless told otherwise, from the command line too.
+    np.save(tmp_path / "data.npy", np.random.default_rng(0).normal(size=(60, 5)))
+    out = tmp_path / "run"
+    arguments = ["train", "--model", "tvsc", "--data", str(tmp_path / "data.npy"), "--out", str(out), *QUICK]
+    assert main([*arguments, "--checkpoint", str(tmp_path / "run.ckpt")]) == 0
+    import pyro_sparse
+    from pyro_sparse.infer import checkpoints
+    from pyro_sparse.io import serialization
+
+    assert pyro_sparse.load(out / "model.pt").config["training"]["lr"] == 1e-3
+    run = serialization.read(tmp_path / "run.ckpt", checkpoints.CHECKPOINT_FILE)[0]["run"]
+    assert run["training"]["lr"] == 1e-3
+
+
 def test_bad_input_exits_with_a_message(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("1,2\n3,nan\n")

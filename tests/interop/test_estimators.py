@@ -165,6 +165,20 @@ def test_same_random_state_same_fit(data):
     assert first.score(data.X) == first.score(data.X) == again.score(data.X)
 
 
+def test_n_init_keeps_the_lower_loss_fit_and_reports_stability(data):
+    import pyro_sparse
+
+    estimator = quick(VAE, random_state=3, n_init=2).fit(data.X)
+    fits = [pyro_sparse.train("vae", data.X, seed=seed, hidden_dims=(8,), latent_dim=2, max_epochs=2, batch_size=50,
+                              progress=False, device="cpu") for seed in (3, 4)]
+    kept = min(fits, key=lambda fitted: fitted.history_["train_loss"][-1])
+    np.testing.assert_array_equal(estimator.transform(data.X), kept.transform(data.X))
+    assert 0 <= estimator.factor_stability_.code_correlation <= 1
+    # A refit resets what the fit before learned (scikit-learn's rule).
+    estimator.set_params(n_init=1).fit(data.X)
+    assert not hasattr(estimator, "factor_stability_")
+
+
 def test_random_state_none_or_generator(data):
     unseeded = [quick(VAE, random_state=None).fit(data.X).transform(data.X) for _ in range(2)]
     assert not np.allclose(*unseeded)

@@ -60,6 +60,13 @@ def test_mask_heatmap_groups_features_by_factor():
     np.testing.assert_array_equal(unordered.images[0].get_array().filled(0), np.abs(W))
 
 
+@pytest.mark.parametrize("draw", [plots.mask_heatmap, plots.top_features])
+def test_names_must_be_one_per_feature(draw):
+    for names in (NAMES[:-1], NAMES + ["extra"]):
+        with pytest.raises(ValueError, match=f"got {len(names)} feature names for 6 features"):
+            draw(W, feature_names=names)
+
+
 def test_top_features_draws_one_bar_chart_per_factor_in_use():
     W_unused_factor = np.concatenate([W, np.zeros((6, 1))], axis=1)
     figure = plots.top_features(W_unused_factor, k=2, feature_names=NAMES)

@@ -98,3 +98,32 @@ def test_counts_must_be_counts(adata, likelihood):
 def test_raw_counts_with_the_gaussian_likelihood_warn(adata):
     with pytest.warns(UserWarning, match="look like raw counts.*negative_binomial"):
         pyro_sparse.train("vae", adata.layers["counts"], **QUICK)
+
+
+def test_registration_survives_an_h5ad_file(adata, tmp_path):
+    # The file gives the key lists back as numpy arrays (float64 when empty).
+    data = adata.copy()
+    setup_anndata(data, layer="counts", categorical_covariate_keys=["batch"])
+    data.write_h5ad(tmp_path / "cells.h5ad")
+    read = anndata.read_h5ad(tmp_path / "cells.h5ad")
+    fitted = pyro_sparse.train("vae", read, likelihood="poisson", **QUICK)
+    assert fitted.config["covariates"]["categorical"] == {"batch": ["b0", "b1"]}
+    assert fitted.config["registration"]["continuous_covariate_keys"] == []
+
+
+def test_library_sizes_the_model_was_trained_with_are_required(adata):
+    data = adata.copy()
+    setup_anndata(data, layer="counts", size_factor_key="total")
+    fitted = pyro_sparse.train("vae", data, likelihood="poisson", **QUICK)
+    # Plain counts would be scored at their row totals instead, silently.
+    with pytest.raises(DataError, match=r"library sizes from adata.obs\['total'\]"):
+        fitted.reconstruct(data.layers["counts"])
+    without = data.copy()
+    del without.obs["total"]
+    with pytest.raises(DataError, match="no column 'total'"):
+        fitted.reconstruct(without)
+
+
+def test_nmf_refuses_covariates(adata):
+    with pytest.raises(ValueError, match="'nmf' takes no covariates"):
+        pyro_sparse.train("nmf", adata, likelihood="poisson", layer="counts", batch_key="batch", latent_dim=3)
