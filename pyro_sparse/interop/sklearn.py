@@ -28,7 +28,8 @@ Conventions, as scikit-learn's:
 * ``random_state`` is an int (the ``seed`` of ``train``: same int, same fit
   on the same device), ``None`` or a ``numpy.random.RandomState`` (a seed is
   drawn from it).  ``n_init`` fits with seeds ``seed, seed + 1, ...`` and keeps
-  the one of lowest final training loss; with ``n_init > 1``,
+  the one of lowest training loss (at the end, or at the epoch early
+  stopping restores); with ``n_init > 1``,
   ``factor_stability_`` says whether those fits found the same factors
   (:func:`~pyro_sparse.evaluation.factor_stability`: matched ``|corr|`` of their
   codes on the training data and Jaccard of their supports).  Note that ``train`` seeds the global random number
@@ -71,6 +72,14 @@ def _seed(random_state):
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         return int(random_state)
     return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+
+
+def _kept_loss(fitted):
+    """The training loss of the state a fit returned: under early stopping, its best validation epoch's."""
+    history = fitted.history_
+    if fitted.config["training"].get("early_stopping") and history.get("validation_loss"):
+        return history["train_loss"][int(np.argmin(history["validation_loss"]))]
+    return history["train_loss"][-1]
 
 
 def _fitted_property(name, doc):
@@ -144,8 +153,8 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         }
         seed = _seed(random_state)
         fits = [train(model=self._model_name, data=X, seed=seed + i, **parameters, **options) for i in range(n_init)]
-        # The fit of lowest final training loss (-ELBO per point), as KMeans keeps its best of n_init.
-        self.fitted_ = min(fits, key=lambda fitted: fitted.history_["train_loss"][-1])
+        # The fit of lowest training loss (-ELBO per point), as KMeans keeps its best of n_init.
+        self.fitted_ = min(fits, key=_kept_loss)
         if n_init > 1:
             self.factor_stability_ = factor_stability(fits, X)
         else:

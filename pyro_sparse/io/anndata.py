@@ -97,6 +97,10 @@ def setup_anndata(adata, layer=None, batch_key=None, labels_key=None, size_facto
     """
     if not is_anndata(adata):
         raise TypeError(f"setup_anndata needs an AnnData, got a {type(adata).__name__}")
+    for name, keys in (("categorical_covariate_keys", categorical_covariate_keys),
+                       ("continuous_covariate_keys", continuous_covariate_keys)):
+        if isinstance(keys, str):  # a string would be read as its letters
+            raise TypeError(f"{name} is a list of adata.obs columns: write {name}=[{keys!r}]")
     registration = {"layer": layer, "batch_key": batch_key, "labels_key": labels_key,
                     "size_factor_key": size_factor_key,
                     "categorical_covariate_keys": list(categorical_covariate_keys),

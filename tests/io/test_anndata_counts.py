@@ -71,6 +71,8 @@ def test_bad_registrations_and_new_categories_are_named(adata):
         pyro_sparse.train("vae", adata, likelihood="poisson", layer="counts", batch_key="sample", **QUICK)
     with pytest.raises(DataError, match="no column 'sample'"):
         setup_anndata(adata.copy(), batch_key="sample")
+    with pytest.raises(TypeError, match=r"write categorical_covariate_keys=\['batch'\]"):
+        setup_anndata(adata.copy(), categorical_covariate_keys="batch")
     fitted = pyro_sparse.train("vae", adata, likelihood="poisson", layer="counts", batch_key="batch", **QUICK)
     new = adata[:5].copy()
     new.obs["batch"] = pandas.Categorical(["b2"] * 5)
