@@ -19,6 +19,7 @@ from pyro_sparse.infer.mask_posterior import mask_log_likelihood_curvature
 from pyro_sparse.io import anndata as anndata_io
 from pyro_sparse.io import serialization
 from pyro_sparse.nn import check_precision, set_decoder_precision
+from pyro_sparse.priors import SpikeSlabPrior
 
 
 def evaluation_data(X, config):
@@ -163,9 +164,13 @@ class FittedModel:
         Conditional generation of VSC (ICLR version Sec. 5.3): for each x, codes
         drawn from the prior slab N(0, 1) along only the dimensions the
         recognition model activates for x (γ > 0.5), zero elsewhere, decoded
-        to E[x | z].  Shape (num_samples, N, G).
+        to E[x | z].  Shape (num_samples, N, G).  Defined for that prior, the
+        spike-and-slab with an N(0, 1) slab (``latent_prior="spike_slab"``).
         """
         _check_num_samples(num_samples)
+        if type(getattr(self.model, "latent_prior", None)) is not SpikeSlabPrior:
+            raise AttributeError(f"conditional_samples draws from the N(0, 1) slab of VSC's spike-and-slab prior "
+                                 f"(latent_prior='spike_slab'); model {self.config['model']!r} has another prior")
         samples = []
         for batch in self._batches(X):
             active = self._gates(batch) > 0.5

@@ -253,15 +253,14 @@ def _ksg_total_correlation(x, k):
     tree = cKDTree(x)
     # k + 1 because each point is its own nearest neighbour.
     dist, _ = tree.query(x, k=k + 1, p=np.inf)
-    # Strictly inside eps_i: the k-th neighbour itself sits on the boundary.
+    # Strictly inside eps_i: the k-th neighbour itself sits on the boundary.  Counted on the distances
+    # |x_i - x_l| themselves: bounds x_i ± r would round back onto the boundary for most |x_i| > eps_i.
     radius = np.nextafter(dist[:, -1], 0.0)
     marginal = np.zeros(n)
     for j in range(m):
-        column = np.sort(x[:, j])
+        column = x[:, [j]]
         # The count includes point i itself, so it is already n_j + 1.
-        counts = np.searchsorted(column, x[:, j] + radius, side="right") - np.searchsorted(
-            column, x[:, j] - radius, side="left"
-        )
+        counts = cKDTree(column).query_ball_point(column, r=radius, p=np.inf, return_length=True)
         marginal += digamma(counts)
     return float(digamma(k) + (m - 1) * digamma(n) - marginal.mean())
 

@@ -27,7 +27,8 @@ def log_importance_weights(model, guide, x, **kwargs):
     log p(x, z | globals) - log q(z | x), with global sites at the guide's
     values.  Densities are unscaled (no minibatch or β scaling), so the mean
     weight is the ELBO per data point and their log-mean-exp over draws an
-    importance-sampling estimate of log p(x).
+    importance-sampling estimate of log p(x).  ``pyro.factor`` terms (a
+    prior's training penalty) are no part of p(x, z) and are left out.
 
     :returns: tensor of shape ``(batch,)``.
     """
@@ -36,7 +37,7 @@ def log_importance_weights(model, guide, x, **kwargs):
     log_weight = x.new_zeros(x.shape[0])
     for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
         for name, site in trace.nodes.items():
-            if site["type"] != "sample" or not in_data_plate(site):
+            if site["type"] != "sample" or not in_data_plate(site) or site["infer"].get("is_auxiliary"):
                 continue
             if sign < 0 and site["is_observed"]:
                 continue
@@ -62,15 +63,14 @@ def expected_observation(model, guide, x, codes=None, **kwargs):
     posterior means E_q[z | x]), the posterior means of any other local site
     and the guide's values of the global sites.
     """
+    # Other local sites (a learned threshold) at their posterior means, and q(z | x) rebuilt from those
+    # means (replayed, not merely overwritten: z's law depends on them), as the guide's posterior().
     guide_trace = poutine.trace(guide).get_trace(x, **kwargs)
     for name, site in guide_trace.nodes.items():
-        if site["type"] == "sample" and in_data_plate(site):
-            # Other local sites (a learned threshold) stay at their posterior means.
-            site["value"] = codes if codes is not None and name == "z" else site["fn"].mean
+        if site["type"] == "sample" and in_data_plate(site) and name != "z":
+            site["value"] = site["fn"].mean
+    guide_trace = poutine.trace(poutine.replay(guide, trace=guide_trace)).get_trace(x, **kwargs)
+    guide_trace.nodes["z"]["value"] = codes if codes is not None else guide_trace.nodes["z"]["fn"].mean
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, **kwargs)
     # detach: torch's lazy properties (a zero-inflated mean) compute with gradients on even under no_grad.
-    return next(
-        site["fn"].mean.detach()
-        for site in model_trace.nodes.values()
-        if site["type"] == "sample" and site["is_observed"]
-    )
+    return model_trace.nodes["x"]["fn"].mean.detach()

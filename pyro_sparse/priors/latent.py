@@ -263,9 +263,9 @@ class PseudoInputPrior(SpikeSlabPrior):
 
     def sample(self, x, kl_weight):
         prior = self.distribution(x)
-        # Once per data point, so it is weighed like the code's own KL.
-        pyro.factor("prior_sparsity", -self.sparsity_penalty(prior).expand(x.shape[:1]))
         with poutine.scale(scale=kl_weight):
+            # Once per data point and by β, as the code's own KL (not by the KL warm-up, which scales latents).
+            pyro.factor("prior_sparsity", -self.sparsity_penalty(prior).expand(x.shape[:1]))
             return pyro.sample("z", prior)
 
 

@@ -42,6 +42,22 @@ def _equicorrelated(k, rho):
 # ------------------------------------------------------------ multi-information
 
 
+@pytest.mark.parametrize("m, k", [(2, 3), (3, 2), (4, 5)])
+def test_ksg_counts_the_points_strictly_inside_the_radius(m, k):
+    # Kraskov et al. (2004), Algorithm 1, written out by brute force: n_j counts the other points strictly
+    # within eps_i along coordinate j (the k-th neighbour, which sets eps_i, is on the boundary).
+    from scipy.special import digamma
+
+    from pyro_sparse.evaluation.disentanglement import _ksg_total_correlation
+
+    x = _gaussian(np.random.default_rng(m), _equicorrelated(m, 0.5), n=300) * 3
+    distances = np.abs(x[:, None, :] - x[None, :, :])
+    eps = np.sort(distances.max(-1), axis=1)[:, k]  # column 0 is the point itself
+    counts = (distances < eps[:, None, None]).sum(1) - 1  # (n, m), without the point itself
+    expected = digamma(k) + (m - 1) * digamma(len(x)) - digamma(counts + 1).sum(1).mean()
+    assert _ksg_total_correlation(x, k) == pytest.approx(expected, rel=1e-12)
+
+
 def test_mi_independent_laplace_is_zero():
     codes = np.random.default_rng(0).laplace(size=(N, 4))
     assert abs(multi_information(codes)) < _INDEPENDENT_TOL

@@ -86,6 +86,39 @@ def test_given_codes_replace_only_z():
     torch.testing.assert_close(expected_observation(scaled_model, scaled_guide, x, codes), codes * 2.0)
 
 
+def test_the_posterior_of_z_is_built_at_the_other_sites_means():
+    # q(z | x, t) depends on a local t (a learned threshold): z's mean is taken under t's mean, every call,
+    # not under a random draw of t with its value overwritten afterwards.
+    def scaled_model(x, num_data=None):
+        with data_plate(x, num_data):
+            pyro.sample("t", dist.Gamma(3.0, 1.0))
+            z = pyro.sample("z", dist.Normal(0.0, 1.0))
+            pyro.sample("x", dist.Normal(z, 1.0), obs=x)
+
+    def scaled_guide(x, num_data=None):
+        with data_plate(x, num_data):
+            t = pyro.sample("t", dist.Gamma(torch.full_like(x, 4.0), 2.0))  # mean 2
+            pyro.sample("z", dist.Normal(x * t, 1.0))
+
+    x = torch.tensor([1.0, -2.0])
+    torch.testing.assert_close(expected_observation(scaled_model, scaled_guide, x), x * 2.0)
+
+
+def test_factors_are_no_part_of_the_likelihood():
+    # A pyro.factor (a prior's training penalty) is not in p(x, z): the estimate stays exact.
+    def penalised(x, num_data=None):
+        pyro.sample("s", dist.Delta(torch.tensor(1.0)))
+        with data_plate(x, num_data):
+            pyro.factor("penalty", torch.full_like(x, -10.0))
+            z = pyro.sample("z", dist.Normal(0.0, 1.0))
+            pyro.sample("x", dist.Normal(z, 1.0), obs=x)
+
+    x = torch.linspace(-3, 3, 7)
+    torch.testing.assert_close(importance_log_likelihood(penalised, make_guide(), x, num_samples=3),
+                               exact_log_marginal(x), atol=1e-5, rtol=0)
+    torch.testing.assert_close(expected_observation(penalised, make_guide(), x), x / 2)
+
+
 @pytest.mark.parametrize("factor", [0.25, 1.0])
 def test_kl_warmup_scales_only_the_local_kl(factor):
     x = torch.linspace(-2, 2, 5)

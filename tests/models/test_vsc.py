@@ -191,6 +191,16 @@ def test_conditional_samples_vary_only_active_dimensions(fitted, digits, monkeyp
     assert not np.allclose(samples[0], samples[1])
 
 
+def test_conditional_samples_need_the_n01_slab_prior(digits):
+    # Sec. 5.3 draws from the prior's N(0, 1) slab: other priors (a thresholded Laplace of scale 0.1, the
+    # pseudo-input mixture) have other slabs, which N(0, 1) draws would misrepresent.
+    for model, options in (("tvsc", {}), ("vsc", {"latent_prior": "pseudo_inputs", "num_pseudo_inputs": 4})):
+        fitted = pyro_sparse.train(model, digits, **options, **QUICK)
+        with pytest.raises(AttributeError, match="N\\(0, 1\\) slab of VSC's spike-and-slab prior"):
+            fitted.conditional_samples(digits[:5])
+        assert np.isfinite(fitted.reconstruct(digits[:5])).all()  # the pseudo-input prior's factor is no x
+
+
 def test_pseudo_input_model_round_trips_through_a_file(digits, tmp_path):
     fitted = pyro_sparse.train("vsc", digits, latent_prior="pseudo_inputs", num_pseudo_inputs=4, **QUICK)
     fitted.save(tmp_path / "vsc.pt")
