@@ -154,8 +154,8 @@ class SparseDGM(nn.Module):
             # G/|S| times larger: unbiased, but with up to G/|S| times the
             # variance.  The zero test averages over G/|S| times more steps,
             # so its noise (and the rate of false escapes from zero) stays
-            # that of full training.
-            mask_prior.gradient_averaging *= self.feature_subsample_size / num_features
+            # that of full training.  Set, not multiplied: a prior given twice is not scaled twice.
+            mask_prior.gradient_averaging_scale = self.feature_subsample_size / num_features
         self.site_priors = nn.ModuleDict({"W": mask_prior})
         self.latent_prior = NormalPrior(latent_dim) if latent_prior is None else latent_prior
 

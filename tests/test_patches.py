@@ -29,6 +29,12 @@ def _slope(image, lo=0.04, hi=0.25):
     return np.polyfit(np.log(f[m]), np.log(p[m]), 1)[0]
 
 
+def test_the_spectrum_includes_the_nyquist_frequency():
+    stripes = np.tile([1.0, -1.0], (8, 4))  # columns alternate: all power at |f| = 0.5
+    f, p = radial_power_spectrum(stripes, num_bins=4, window=False)
+    assert f[-1] == pytest.approx(0.4375) and p[-1] > 0 and p[:-1].sum() == 0
+
+
 # --------------------------------------------------------------------------- shapes and determinism
 
 

@@ -231,7 +231,7 @@ def radial_power_spectrum(image, num_bins: int = 32, window: bool = True):
     fx = np.fft.fftfreq(img.shape[1])[None, :]
     rho = np.sqrt(fx * fx + fy * fy).ravel()
     edges = np.linspace(0.0, 0.5, num_bins + 1)
-    which = np.digitize(rho, edges) - 1
+    which = np.digitize(rho, edges, right=True) - 1  # bins (a, b]: the Nyquist frequency 0.5 is in the last
     keep = (which >= 0) & (which < num_bins) & (rho > 0)
     sums = np.bincount(which[keep], weights=power.ravel()[keep], minlength=num_bins)
     counts = np.bincount(which[keep], minlength=num_bins)

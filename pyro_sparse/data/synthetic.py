@@ -92,15 +92,22 @@ def random_correlation(num_factors, max_correlation, rng):
     A random K x K correlation matrix whose largest absolute off-diagonal entry is
     ``max_correlation``: (1 - s) I + s C, C the normalised Gram matrix of K
     random 2-D directions (strongly correlated in both signs), s scaled to the
-    target.  Convex in a PD and a PSD matrix, so positive definite for s < 1.
+    target.  Convex in a PD and a PSD matrix, so positive definite for s < 1:
+    directions whose largest \|cos\| is below the target (s > 1; C has rank
+    2, so 1 - s would be an eigenvalue) are drawn again.
     """
     if not 0 <= max_correlation < 1:
         raise ValueError(f"max_correlation must be in [0, 1), got {max_correlation}")
-    directions = rng.normal(size=(num_factors, 2))
-    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-    gram = directions @ directions.T
-    off_diagonal = np.abs(gram - np.diag(np.diag(gram))).max()
-    scale = max_correlation / off_diagonal if off_diagonal > 0 else 0.0
+    if num_factors == 1:
+        return np.eye(1)
+    while True:
+        directions = rng.normal(size=(num_factors, 2))
+        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+        gram = directions @ directions.T
+        off_diagonal = np.abs(gram - np.diag(np.diag(gram))).max()
+        if off_diagonal > max_correlation:
+            break
+    scale = max_correlation / off_diagonal
     return (1 - scale) * np.eye(num_factors) + scale * gram
 
 
@@ -110,7 +117,7 @@ def _random_support(num_features, num_factors, anchors_per_factor, max_parents, 
     anchors = num_factors * anchors_per_factor
     support[np.arange(anchors), np.repeat(np.arange(num_factors), anchors_per_factor)] = True
     for j in range(anchors, num_features):
-        parents = rng.choice(num_factors, size=rng.integers(1, max_parents + 1), replace=False)
+        parents = rng.choice(num_factors, size=rng.integers(1, min(max_parents, num_factors) + 1), replace=False)
         support[j, parents] = True
     return support
 

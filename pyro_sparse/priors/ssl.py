@@ -75,6 +75,7 @@ class SpikeSlabLassoPrior(SitePrior):
             raise ValueError(f"Beta hyperparameters a and b must be positive, got {a}, {b}")
         self.lambda0, self.lambda1, self.a, self.b = float(lambda0), float(lambda1), float(a), b
         self.gradient_averaging = float(gradient_averaging)
+        self.gradient_averaging_scale = 1.0  # the model's: the share of features each step scores
         self.num_features = num_features
         self.lambda0_path = tuple(float(rate) for rate in lambda0_path) if lambda0_path is not None else ()
         rates = (self.lambda1, *self.lambda0_path, self.lambda0)
@@ -165,7 +166,8 @@ class SpikeSlabLassoPrior(SitePrior):
         # d/dw of -log SSL(w) is exactly λ*(w)·sign(w); leave only the smooth part.
         mask.grad.sub_(self._ssl(mask).penalty_weight(mask) * mask.sign())
         self.num_steps += 1
-        self.average_gradient.lerp_(mask.grad.to(self.average_gradient.dtype), max(self.gradient_averaging, 1 / self.num_steps.item()))
+        weight = max(self.gradient_averaging * self.gradient_averaging_scale, 1 / self.num_steps.item())
+        self.average_gradient.lerp_(mask.grad.to(self.average_gradient.dtype), weight)
         self._was_zero = mask == 0
 
     @torch.no_grad()

@@ -215,3 +215,13 @@ def test_subsampling_recovers_the_support_like_full_training():
     # The 3 extraneous columns are switched off (with subsampling a dead column
     # may keep an entry of |w| ~ 0.01-0.02 after 200 epochs: noisier steps converge more slowly).
     assert (np.abs(fitted.W_) < 0.05).all(axis=0).sum() == 3, fitted.W_
+
+
+def test_a_prior_given_to_two_models_averages_its_gradients_over_the_same_steps():
+    # The zero test averages over G/|S| times more steps; a prior instance used again is not scaled again.
+    from pyro_sparse.priors import SpikeSlabLassoPrior
+
+    prior = SpikeSlabLassoPrior(NUM_FEATURES, LATENT, gradient_averaging=0.01)
+    for _ in range(2):
+        SparseDGM(NUM_FEATURES, LATENT, "gaussian", hidden_dims=(8,), mask_prior=prior, feature_subsample_size=SUBSET)
+        assert prior.gradient_averaging * prior.gradient_averaging_scale == pytest.approx(0.01 * SUBSET / NUM_FEATURES)
