@@ -221,8 +221,8 @@ def _fit(job, X):
     hyper = {"hidden_dims": tuple(job["hidden"])}
     if job["model"] == "vsc":
         hyper.update(alpha=job["alpha"], **schedule(job["epochs"], *job["schedule"]))
-    else:
-        hyper.update(noise="heteroscedastic", beta=job["beta"])
+    else:  # a variance per pixel for real-valued images; binary ones have no noise to model
+        hyper.update(beta=job["beta"], **({"noise": "heteroscedastic"} if job["likelihood"] == "gaussian" else {}))
     if job["spike_factor"] is not None:
         hyper["checkpointing"] = Checkpointing(on_divergence="rollback", spike_factor=job["spike_factor"])
     start = time.perf_counter()

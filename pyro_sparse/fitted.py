@@ -22,18 +22,20 @@ from pyro_sparse.nn import check_precision, set_decoder_precision
 from pyro_sparse.priors import SpikeSlabPrior
 
 
-def evaluation_data(X, config):
+def evaluation_data(X, config, needs_library=True):
     """
     New data for a model trained with ``config``, as a :class:`~pyro_sparse.data.Dataset`:
     an AnnData's training layer, named features in the training order, the
-    training feature count and values the likelihood accepts.
+    training feature count and values the likelihood accepts.  ``needs_library``:
+    the caller scores or decodes the data, so a model trained with observed
+    library sizes (``size_factor_key``) needs them (the encoder does not).
     """
     covariates = library = None
     if anndata_io.is_anndata(X):
         X, covariates, library = anndata_io.evaluation_data(X, config)
     elif config.get("covariates"):
         raise DataError("the model was trained with covariates from adata.obs: give it an AnnData with those columns")
-    elif (config.get("registration") or {}).get("size_factor_key"):
+    elif needs_library and (config.get("registration") or {}).get("size_factor_key"):
         key = config["registration"]["size_factor_key"]
         raise DataError(f"the model was trained with library sizes from adata.obs[{key!r}]: give it an AnnData "
                         "with that column")
@@ -85,9 +87,9 @@ class FittedModel:
     def num_features(self):
         return self.config["num_features"]
 
-    def _batches(self, X, batch_size=1024):
+    def _batches(self, X, batch_size=1024, needs_library=True):
         """The :class:`~pyro_sparse.data.dataset.Batch` objects of new data, checked against the training data."""
-        data = evaluation_data(X, self.config)
+        data = evaluation_data(X, self.config, needs_library)
         if self.config["likelihood"] == "gaussian":
             check_units(data.matrix, self.guide.input_affine.loc.cpu(), self.guide.input_affine.scale.cpu())
         return data.minibatches(batch_size, device=self.device, shuffle=False)
@@ -109,7 +111,7 @@ class FittedModel:
         if kind not in ("mode", "mean"):
             raise ValueError(f"kind must be 'mode' or 'mean', got {kind!r}")
         codes = np.concatenate(
-            [getattr(self._posterior(batch), kind).cpu().numpy() for batch in self._batches(X)]
+            [getattr(self._posterior(batch), kind).cpu().numpy() for batch in self._batches(X, needs_library=False)]
         )
         inactive = np.setdiff1d(np.arange(codes.shape[1]), self.active_factors_)
         codes[:, inactive] = 0.0
@@ -156,7 +158,7 @@ class FittedModel:
     @torch.no_grad()
     def spike_probabilities(self, X):
         """For spike-and-slab codes, the probability γ_ij that code j of x_i is non-zero, (N, K)."""
-        return np.concatenate([self._gates(batch).cpu().numpy() for batch in self._batches(X)])
+        return np.concatenate([self._gates(batch).cpu().numpy() for batch in self._batches(X, needs_library=False)])
 
     @torch.no_grad()
     def conditional_samples(self, X, num_samples=1):
@@ -187,7 +189,7 @@ class FittedModel:
         """Draws z ~ q(z | x), shape (num_samples, N, K)."""
         _check_num_samples(num_samples)
         return np.concatenate(
-            [self._posterior(batch).sample((num_samples,)).cpu().numpy() for batch in self._batches(X)], axis=1
+            [self._posterior(batch).sample((num_samples,)).cpu().numpy() for batch in self._batches(X, needs_library=False)], axis=1
         )
 
     def reconstruct(self, X):
@@ -211,7 +213,7 @@ class FittedModel:
             raise AttributeError(f"model {self.config['model']!r} was not trained with library='latent': its "
                                  "library sizes are the data's")
         return np.concatenate([self.guide.library_posterior(batch.x, batch.covariates).loc.exp().cpu().numpy()
-                               for batch in self._batches(X)])
+                               for batch in self._batches(X, needs_library=False)])
 
     def get_latent_representation(self, X, kind="mean"):
         """scvi-tools' name for :meth:`transform`, posterior means by default: the codes of X, (N, K)."""
@@ -231,7 +233,7 @@ class FittedModel:
             raise ValueError("batch= needs a model trained with a batch_key")
         counts = self.model.observation.counts
         pieces = []
-        for piece in self._batches(X):
+        for piece in self._batches(X, needs_library=False):
             kwargs = dict(piece.kwargs)
             if batch is not None:
                 kwargs["covariates"] = spec.with_batch(piece.covariates, batch)

@@ -239,11 +239,13 @@ def test_values_beyond_float32_are_named():
 
 
 def test_numpy_scalar_settings_can_be_saved(data, tmp_path):
+    schedule = Schedule(validation_fraction=np.float32(0.25), early_stopping=np.int64(2))
     fitted = pyro_sparse.train(
-        "ssl_dgm", data.X, **{**QUICK, "batch_size": np.int64(50)}, lambda0=np.float32(12.0)
+        "ssl_dgm", data.X, **{**QUICK, "batch_size": np.int64(50)}, lambda0=np.float32(12.0), schedule=schedule
     )
     fitted.save(tmp_path / "m.pt")
-    assert pyro_sparse.load(tmp_path / "m.pt").config["hyperparameters"]["lambda0"] == 12.0
+    config = pyro_sparse.load(tmp_path / "m.pt").config
+    assert config["hyperparameters"]["lambda0"] == 12.0 and config["training"]["early_stopping"] == 2
 
 
 @pytest.mark.parametrize(

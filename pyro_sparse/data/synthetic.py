@@ -88,13 +88,13 @@ _LINKS = (
 
 
 def random_correlation(num_factors, max_correlation, rng):
-    """
+    r"""
     A random K x K correlation matrix whose largest absolute off-diagonal entry is
     ``max_correlation``: (1 - s) I + s C, C the normalised Gram matrix of K
     random 2-D directions (strongly correlated in both signs), s scaled to the
     target.  Convex in a PD and a PSD matrix, so positive definite for s < 1:
-    directions whose largest \|cos\| is below the target (s > 1; C has rank
-    2, so 1 - s would be an eigenvalue) are drawn again.
+    for K ≥ 3, directions whose largest \|cos\| is below the target (s > 1; C
+    has rank 2, so 1 - s would be an eigenvalue) are drawn again.
     """
     if not 0 <= max_correlation < 1:
         raise ValueError(f"max_correlation must be in [0, 1), got {max_correlation}")
@@ -105,9 +105,9 @@ def random_correlation(num_factors, max_correlation, rng):
         directions /= np.linalg.norm(directions, axis=1, keepdims=True)
         gram = directions @ directions.T
         off_diagonal = np.abs(gram - np.diag(np.diag(gram))).max()
-        if off_diagonal > max_correlation:
+        if off_diagonal > max_correlation or num_factors == 2:  # 2 x 2: PD whenever s·|cos| = target < 1
             break
-    scale = max_correlation / off_diagonal
+    scale = max_correlation / off_diagonal if off_diagonal > 0 else 0.0
     return (1 - scale) * np.eye(num_factors) + scale * gram
 
 

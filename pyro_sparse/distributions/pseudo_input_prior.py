@@ -1,3 +1,5 @@
+import math
+
 import torch
 from pyro.distributions import TorchDistribution
 from torch.distributions import Independent, constraints
@@ -65,8 +67,12 @@ class SelectedSpikeAndSlab(TorchDistribution):
         per_component = self.components.log_prob(value.unsqueeze(-2)).sum(-1)
         # log Σ_p π_p e^{ℓ_p} shifted by max ℓ rather than through log π_p, whose gradient at a
         # zero weight (allowed: weights are non-negative) would turn every weight's gradient NaN.
-        largest = per_component.amax(-1, keepdim=True).detach().nan_to_num(neginf=0.0)  # all -inf: log 0
-        return largest.squeeze(-1) + (self.mixture_weights * (per_component - largest).exp()).sum(-1).log()
+        # The shift is the largest weighted component's: a weightless one far above it would underflow the rest.
+        weights = self.mixture_weights
+        largest = per_component.masked_fill(weights == 0, -math.inf).amax(-1, keepdim=True).detach()
+        largest = largest.nan_to_num(neginf=0.0)  # every weighted component at -inf: log 0
+        cap = math.log(torch.finfo(per_component.dtype).max) - 1  # a weightless term may not overflow (0 · ∞)
+        return largest.squeeze(-1) + (weights * (per_component - largest).clamp(max=cap).exp()).sum(-1).log()
 
     @property
     def mean(self):

@@ -64,7 +64,7 @@ class SpikeSlabLasso(TorchDistribution):
         # The weightless component's term is capped below overflow (its gradient is exact up to there).
         log_psi1, log_psi0 = self._log_densities(value)
         shift = torch.maximum(log_psi1.masked_fill(self.eta == 0, -math.inf),
-                              log_psi0.masked_fill(self.eta == 1, -math.inf)).detach()
+                              log_psi0.masked_fill(self.eta == 1, -math.inf)).detach().nan_to_num(neginf=0.0)
         cap = math.log(torch.finfo(shift.dtype).max) - 1
         slab, spike = ((log_psi - shift).clamp(max=cap).exp() for log_psi in (log_psi1, log_psi0))
         return shift + torch.log(self.eta * slab + (1 - self.eta) * spike)

@@ -229,5 +229,8 @@ class TrainingSettings:
         optimization, schedule = asdict(self.optimization), asdict(self.schedule)
         return {
             "max_epochs": int(self.max_epochs), "batch_size": int(self.batch_size), "lr": float(self.lr),
-            "seed": int(self.seed), **optimization, **schedule, "precision": self.hardware.precision,
+            "seed": int(self.seed), **optimization, "kl_warmup_epochs": schedule["kl_warmup_epochs"],
+            "validation_fraction": float(self.schedule.validation_fraction),
+            "early_stopping": None if self.schedule.early_stopping is None else int(self.schedule.early_stopping),
+            "precision": self.hardware.precision,
         }

@@ -51,17 +51,23 @@ def _read_npz(source):
 
 def _read_table(source):
     """
-    A numeric .csv/.tsv/.txt table, with an optional header row of names: a
-    first row that is not all numbers, or is pandas' header of an unnamed
-    frame (0, 1, ..., G - 1).  A header whose first name is empty (pandas'
-    ``to_csv`` with its index) marks a first column of row labels, left out.
+    A numeric .csv/.tsv/.txt table, with an optional header row of names (a
+    first row that is not all numbers).  A header whose first name is empty
+    (pandas' ``to_csv`` with its index) marks a first column of row labels,
+    left out.  A first row 0, 1, ..., G - 1 is data, with a warning: it may be
+    the header pandas writes for an unnamed frame.
     """
     delimiter = "\t" if source.lower().endswith(".tsv") else ","
     with open(source) as stream:
         header = [name.strip().strip('"').strip("'") for name in stream.readline().strip().split(delimiter)]
+    while len(header) > 1 and header[-1] == "":  # a trailing delimiter
+        header.pop()
     try:
         [float(value) for value in header]
-        is_header = header == [str(j) for j in range(len(header))]
+        is_header = False
+        if header == [str(j) for j in range(len(header))]:
+            warnings.warn(f"{source!r}: the first row, 0, 1, ..., {len(header) - 1}, is read as data; if it is "
+                          "pandas' header of an unnamed frame, drop it (to_csv(..., header=False))", stacklevel=2)
     except ValueError:
         is_header = True
     labelled = is_header and len(header) > 1 and header[0] == ""
@@ -75,6 +81,8 @@ def _read_table(source):
         raise DataError(f"{source!r} is not a numeric table: {error}") from None
     if X.size == 0:
         raise DataError(f"{source!r} has no data rows")
+    if names is not None and len(names) != X.shape[1]:
+        raise DataError(f"{source!r} has {len(names)} names in its header but {X.shape[1]} columns of data")
     return X, names
 
 

@@ -82,6 +82,11 @@ def test_a_zero_selection_weight_drops_its_component():
                                                                    components.scale[1:]))
     torch.testing.assert_close(kl_divergence(q, SelectedSpikeAndSlab(weights.detach(), components)),
                                kl_divergence(q, rest))
+    # A weightless component far likelier than the others must not underflow them (the shift skips it).
+    far = SpikeAndSlab(torch.full((2, 1), 0.5), torch.tensor([[0.0], [40.0]]), torch.full((2, 1), 0.1))
+    value = torch.tensor([40.0])  # 4e4 nats likelier under the weightless component
+    expected = SpikeAndSlab(far.gate[0], far.loc[0], far.scale[0]).log_prob(value)
+    torch.testing.assert_close(SelectedSpikeAndSlab(torch.tensor([1.0, 0.0]), far).log_prob(value), expected.sum())
 
 
 def test_pseudo_input_prior_is_uniform_when_no_selection_score_is_positive():

@@ -117,6 +117,7 @@ def test_log_prob_extreme_values_finite():
     d = SpikeSlabLasso(torch.tensor([1e-30, 0.5, 1.0 - 1e-7]), 1000.0, 1.0)
     lp = d.log_prob(torch.tensor([[0.0], [1e3], [-1e3], [1e-8]]))
     assert torch.isfinite(lp).all()
+    assert (d.log_prob(torch.tensor([[math.inf], [-math.inf]])) == -math.inf).all()  # not NaN
 
 
 @pytest.mark.parametrize("eta", [0.0, 1.0])

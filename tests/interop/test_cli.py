@@ -61,19 +61,22 @@ def test_reads_user_files(tmp_path, kind):
 
 
 def test_tables_written_by_pandas_are_read_with_their_names(tmp_path):
-    # pandas writes an unnamed frame's header as 0, 1, ... and its index first, under an empty name:
-    # neither may become a data row or a feature, and the names stay with the model.
+    # pandas writes its index first, under an empty name: not a feature; the names stay with the model.
     pandas = pytest.importorskip("pandas")
     X = np.random.default_rng(0).normal(size=(60, 4))
     import pyro_sparse
 
-    for frame, index, names in ((pandas.DataFrame(X), False, ["0", "1", "2", "3"]),
-                                (pandas.DataFrame(X, columns=list("abcd")), True, list("abcd"))):
-        frame.to_csv(tmp_path / "data.csv", index=index)
-        out = tmp_path / f"run{index}"
-        assert main(["train", "--model", "vae", "--data", str(tmp_path / "data.csv"), "--out", str(out), *QUICK]) == 0
-        fitted = pyro_sparse.load(out / "model.pt")
-        assert (fitted.config["num_data"], fitted.config["feature_names"]) == (60, names)
+    pandas.DataFrame(X, columns=list("abcd")).to_csv(tmp_path / "data.csv")
+    assert main(["train", "--model", "vae", "--data", str(tmp_path / "data.csv"), "--out", str(tmp_path / "a"),
+                 *QUICK]) == 0
+    fitted = pyro_sparse.load(tmp_path / "a" / "model.pt")
+    assert (fitted.config["num_data"], fitted.config["feature_names"]) == (60, list("abcd"))
+    # A first row 0, 1, ... may be data (binary, counts) or an unnamed frame's header: kept, with a warning.
+    pandas.DataFrame(X).to_csv(tmp_path / "unnamed.csv", index=False)
+    with pytest.warns(UserWarning, match="0, 1, ..., 3, is read as data"):
+        assert main(["train", "--model", "vae", "--data", str(tmp_path / "unnamed.csv"), "--out",
+                     str(tmp_path / "b"), *QUICK]) == 0
+    assert pyro_sparse.load(tmp_path / "b" / "model.pt").config["num_data"] == 61
 
 
 def test_the_command_line_keeps_the_models_training_defaults(tmp_path):

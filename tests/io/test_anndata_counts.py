@@ -117,9 +117,10 @@ def test_library_sizes_the_model_was_trained_with_are_required(adata):
     data = adata.copy()
     setup_anndata(data, layer="counts", size_factor_key="total")
     fitted = pyro_sparse.train("vae", data, likelihood="poisson", **QUICK)
-    # Plain counts would be scored at their row totals instead, silently.
+    # Plain counts would be scored at their row totals instead, silently; the encoder needs no library.
     with pytest.raises(DataError, match=r"library sizes from adata.obs\['total'\]"):
         fitted.reconstruct(data.layers["counts"])
+    np.testing.assert_array_equal(fitted.transform(data.layers["counts"]), fitted.transform(data))
     without = data.copy()
     del without.obs["total"]
     with pytest.raises(DataError, match="no column 'total'"):
