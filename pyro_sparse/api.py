@@ -40,7 +40,7 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
         decay, particles per step).  For ``optimization``, ``schedule`` and ``checkpointing``,
         ``None`` is the model's default: the defaults of the classes, except ``tvsc``'s
         ``Optimization(global_lr=0.1, lr_decay=0.99)`` and ``Checkpointing(on_divergence="rollback")``
-        (``MODELS[name].training_defaults``).
+        (:func:`pyro_sparse.registry.training_defaults`).
     :param schedule: a :class:`~pyro_sparse.infer.config.Schedule` (KL warm-up, validation, early stopping).
     :param checkpointing: a :class:`~pyro_sparse.infer.config.Checkpointing` (checkpoint files,
         resume, divergence handling).
@@ -58,7 +58,7 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
         raise DataError("train() needs data: an (N x G) array, tensor, sparse matrix or AnnData")
     if not is_count(latent_dim):
         raise ValueError(f"latent_dim must be a positive integer, got {latent_dim!r}")
-    defaults = {"lr": 0.01, **getattr(entry, "training_defaults", {})}
+    defaults = registry.training_defaults(model)
     given = {"lr": lr, "optimization": optimization, "schedule": schedule, "checkpointing": checkpointing,
              "hardware": hardware}
     settings = TrainingSettings(

@@ -188,9 +188,8 @@ class FittedModel:
     def sample_posterior(self, X, num_samples=1):
         """Draws z ~ q(z | x), shape (num_samples, N, K)."""
         _check_num_samples(num_samples)
-        return np.concatenate(
-            [self._posterior(batch).sample((num_samples,)).cpu().numpy() for batch in self._batches(X, needs_library=False)], axis=1
-        )
+        batches = self._batches(X, needs_library=False)
+        return np.concatenate([self._posterior(batch).sample((num_samples,)).cpu().numpy() for batch in batches], axis=1)
 
     def reconstruct(self, X):
         """

@@ -46,6 +46,11 @@ MODELS = {
 }
 
 
+def training_defaults(name):
+    """The settings ``train`` uses for model ``name`` where it is given None: lr 0.01, else the model's own."""
+    return {"lr": 0.01, **getattr(get_entry(name), "training_defaults", {})}
+
+
 def get_entry(name):
     """The registry entry of model ``name``, or a ValueError listing the registered ones."""
     if not isinstance(name, str):

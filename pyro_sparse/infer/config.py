@@ -226,11 +226,11 @@ class TrainingSettings:
 
     def record(self):
         """The settings that determine the result, as saved with a model (JSON-able)."""
-        optimization, schedule = asdict(self.optimization), asdict(self.schedule)
+        optimization, schedule = asdict(self.optimization), self.schedule
         return {
             "max_epochs": int(self.max_epochs), "batch_size": int(self.batch_size), "lr": float(self.lr),
-            "seed": int(self.seed), **optimization, "kl_warmup_epochs": schedule["kl_warmup_epochs"],
-            "validation_fraction": float(self.schedule.validation_fraction),
-            "early_stopping": None if self.schedule.early_stopping is None else int(self.schedule.early_stopping),
+            "seed": int(self.seed), **optimization, "kl_warmup_epochs": schedule.kl_warmup_epochs,
+            "validation_fraction": float(schedule.validation_fraction),
+            "early_stopping": None if schedule.early_stopping is None else int(schedule.early_stopping),
             "precision": self.hardware.precision,
         }

@@ -23,7 +23,7 @@ from pyro_sparse.infer.config import Checkpointing, Hardware, Schedule
 from pyro_sparse.infer.loop import TrainingDivergedError
 from pyro_sparse.nn import DecoderMemoryError
 from pyro_sparse.priors import LATENT_PRIORS, MASK_PRIORS
-from pyro_sparse.registry import MODELS
+from pyro_sparse.registry import MODELS, training_defaults
 from pyro_sparse.svi import SVIModel
 
 
@@ -200,7 +200,7 @@ def _checkpointing(args):
     """The model's own Checkpointing (tvsc rolls back divergences) with the command line's files; None without."""
     if args.checkpoint is None and args.resume is None:
         return None
-    default = getattr(MODELS[args.model], "training_defaults", {}).get("checkpointing", Checkpointing())
+    default = training_defaults(args.model).get("checkpointing", Checkpointing())
     return dataclasses.replace(default, path=args.checkpoint, resume_from=args.resume)
 
 

@@ -9,7 +9,7 @@ does not authenticate the author.
 import hashlib
 import json
 import os
-import tempfile
+import uuid
 from typing import NamedTuple
 
 import torch
@@ -43,14 +43,19 @@ def _checksum(config_json, states):
 
 
 def _temporary_beside(path):
-    """``(handle, name)`` of a new file in ``path``'s folder (made if missing), to be renamed to ``path``."""
+    """
+    ``(handle, name)`` of a new file in ``path``'s folder (made if missing), to
+    be renamed to ``path``.  Created with the mode of a plain new file (0666
+    less the umask), not mkstemp's private 0600, which the rename would keep.
+    """
     path = os.fspath(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path!r} is a folder; give the name of a file to write")
     directory = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(directory, exist_ok=True)
-        return tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
+        temporary = os.path.join(directory, f".tmp-{uuid.uuid4().hex}.pt")
+        return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temporary
     except OSError as error:
         raise type(error)(error.errno, f"cannot write {path!r}: {error.strerror}", error.filename) from None
 
@@ -83,14 +88,8 @@ def write(path, config, states, file_format=MODEL_FILE):
             torch.save(payload, stream)
             stream.flush()
             os.fsync(stream.fileno())
-        # mkstemp makes the file private (0600); give it the mode of the file it replaces, or the umask's.
         if os.path.exists(path):
-            mode = os.stat(path).st_mode & 0o777
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(temporary, mode)
+            os.chmod(temporary, os.stat(path).st_mode & 0o777)  # a replaced file keeps its mode
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):

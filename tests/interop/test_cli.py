@@ -92,6 +92,12 @@ def test_the_command_line_keeps_the_models_training_defaults(tmp_path):
     assert pyro_sparse.load(out / "model.pt").config["training"]["lr"] == 1e-3
     run = serialization.read(tmp_path / "run.ckpt", checkpoints.CHECKPOINT_FILE)[0]["run"]
     assert run["training"]["lr"] == 1e-3
+    # The rollback on divergence is not recorded in the files: read the settings the command line passes.
+    from pyro_sparse.interop.cli import _checkpointing, build_parser
+
+    args = build_parser().parse_args([*arguments, "--checkpoint", str(tmp_path / "run.ckpt")])
+    assert (_checkpointing(args).on_divergence, _checkpointing(args).path) == ("rollback", str(tmp_path / "run.ckpt"))
+    assert _checkpointing(build_parser().parse_args(arguments)) is None  # train's own default then
 
 
 def test_bad_input_exits_with_a_message(tmp_path, capsys):
