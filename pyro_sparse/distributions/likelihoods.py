@@ -3,6 +3,7 @@
 import numpy as np
 import pyro.distributions as dist
 import torch
+import torch.nn.functional as F
 
 LIKELIHOODS = ("gaussian", "multinomial", "bernoulli", "poisson", "negative_binomial", "zinb")
 # Likelihoods of raw counts with the library size as an offset (see :func:`observation`).
@@ -55,6 +56,25 @@ class InverseGamma(dist.InverseGamma):
         return a * b.log() - torch.lgamma(a) - (a + 1) * value.log() - b / value
 
 
+class NegativeBinomial(dist.NegativeBinomial):
+    r"""
+    The negative binomial with lgamma(x + θ) - lgamma(θ) taken in float64.
+    In float32 the two terms cancel: each is about θ log θ, so the difference
+    carries float32's relative error of θ log θ (4e-3 nats per entry at
+    θ = 1e4, 0.6 at θ = 1e6), and a gene whose counts are nearly Poisson has a
+    large inverse dispersion θ.  The rest,
+    θ log σ(-logits) + x log σ(logits) - lgamma(x + 1), has no cancellation.
+    """
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        theta, logits = self.total_count, self.logits
+        ratio = torch.lgamma(theta.double() + value.double()) - torch.lgamma(theta.double())
+        return (ratio.to(logits.dtype) - torch.lgamma(value + 1.0)
+                + theta * F.logsigmoid(-logits) + value * F.logsigmoid(logits))
+
+
 def observation(likelihood, output, noise_variance=None, log_library=None, inverse_dispersion=None,
                 zero_logits=None):
     r"""
@@ -77,11 +97,10 @@ def observation(likelihood, output, noise_variance=None, log_library=None, inver
         if likelihood == "poisson":
             return dist.Poisson(log_mean.exp()).to_event(1)
         logits = log_mean - inverse_dispersion.log()
+        negative_binomial = NegativeBinomial(total_count=inverse_dispersion, logits=logits)
         if likelihood == "negative_binomial":
-            return dist.NegativeBinomial(total_count=inverse_dispersion, logits=logits).to_event(1)
-        return dist.ZeroInflatedNegativeBinomial(
-            total_count=inverse_dispersion, logits=logits, gate_logits=zero_logits
-        ).to_event(1)
+            return negative_binomial.to_event(1)
+        return dist.ZeroInflatedDistribution(negative_binomial, gate_logits=zero_logits).to_event(1)
     if likelihood == "gaussian":
         return dist.Normal(output, noise_variance.sqrt()).to_event(1)
     if likelihood == "bernoulli":

@@ -79,7 +79,8 @@ class RowBatchNorm(nn.BatchNorm1d):
     (``nn.BatchNorm1d`` would read a second dim as channels).  Under
     distributed training the statistics are those of the global minibatch
     (a differentiable all-reduce of the ranks' sums), so every rank keeps the
-    same running statistics and the gradient is the one-process gradient.  A
+    same running statistics and the gradient is the one-process gradient
+    (two all-reduces: the mean, then the centred squares).  A
     training batch of one row is normalised with the running statistics: its
     own variance is undefined.
     """
@@ -88,16 +89,19 @@ class RowBatchNorm(nn.BatchNorm1d):
         rows = x.reshape(-1, x.shape[-1])
         if not self.training:
             return super().forward(rows).reshape(x.shape)
-        stats = torch.cat([rows.sum(0), rows.square().sum(0), rows.new_full((1,), rows.shape[0])])
+        stats = torch.cat([rows.sum(0), rows.new_full((1,), rows.shape[0])])
         if dist.is_available() and dist.is_initialized():
             stats = dist_nn.all_reduce(stats)
-        channels = rows.shape[-1]
         count = stats[-1].detach()
         if count < 2:
             out = F.batch_norm(rows, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
             return out.reshape(x.shape)
-        mean = stats[:channels] / count
-        variance = (stats[channels:-1] / count - mean.square()).clamp_min(0.0)
+        mean = stats[:-1] / count
+        # Two passes: E[x²] - E[x]² cancels in float32 when the mean is large against the spread.
+        squares = (rows - mean).square().sum(0)
+        if dist.is_available() and dist.is_initialized():
+            squares = dist_nn.all_reduce(squares)
+        variance = squares / count
         with torch.no_grad():
             self.num_batches_tracked += 1
             self.running_mean.lerp_(mean, self.momentum)

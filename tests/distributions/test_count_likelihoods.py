@@ -78,3 +78,30 @@ def test_a_known_dispersion_is_recovered():
     low, high = np.median(fitted_theta[: g // 2]), np.median(fitted_theta[g // 2:])
     assert 1.4 < low < 2.8, fitted_theta
     assert high > 15, fitted_theta
+
+
+@pytest.mark.parametrize("theta", [1e4, 1e6])
+def test_negative_binomial_stays_exact_for_nearly_poisson_genes(theta):
+    # Float32 inputs as in training; lgamma(x + θ) - lgamma(θ) cancels in float32 (4e-3 nats at θ = 1e4).
+    counts = torch.arange(0.0, 60.0)
+    output, log_library = torch.full((60,), -3.0), torch.tensor(np.log(1000.0), dtype=torch.float32)
+    theta = torch.full((60,), theta)
+    for likelihood in ("negative_binomial", "zinb"):
+        distribution = observation(likelihood, output, log_library=log_library, inverse_dispersion=theta,
+                                   zero_logits=torch.full((60,), -200.0))
+        mean = float(np.exp(-3.0) * 1000.0)
+        expected = st.nbinom.logpmf(counts.numpy(), theta.double().numpy(), theta.double().numpy() / (theta.double().numpy() + mean))
+        ours = distribution.base_dist.log_prob(counts)
+        assert ours.dtype == torch.float32
+        np.testing.assert_allclose(ours.numpy(), expected, rtol=0, atol=2e-4)
+
+
+def test_negative_binomial_gradients_match_finite_differences(setting):
+    output, log_library, theta, zero_logits, counts = setting
+    args = (output.double().requires_grad_(), theta.double().requires_grad_())
+
+    def log_likelihood(output, theta):
+        return observation("zinb", output, log_library=log_library.double(), inverse_dispersion=theta,
+                           zero_logits=zero_logits.double()).log_prob(counts.double()).sum()
+
+    assert torch.autograd.gradcheck(log_likelihood, args)

@@ -20,6 +20,16 @@ def test_row_batch_norm_is_batch_norm_over_every_leading_dim():
     torch.testing.assert_close(norm.running_var, reference.running_var)
 
 
+def test_row_batch_norm_variance_survives_a_large_mean():
+    # E[x²] - E[x]² in float32 loses a spread of 0.1 around 1000 (relative 1e-8 of E[x²]).
+    torch.manual_seed(0)
+    x = 1000.0 + 0.1 * torch.randn(256, 3)
+    norm = RowBatchNorm(3, eps=0.0)
+    out = norm(x)
+    torch.testing.assert_close(out.std(0, unbiased=False), torch.ones(3), atol=1e-3, rtol=0)
+    torch.testing.assert_close(norm.running_var, 0.9 + 0.1 * x.double().var(0).float(), atol=1e-5, rtol=1e-3)
+
+
 def test_a_one_row_training_batch_uses_the_running_statistics():
     norm = RowBatchNorm(3)
     with torch.no_grad():
