@@ -89,8 +89,8 @@ def test_negative_binomial_stays_exact_for_nearly_poisson_genes(theta):
     for likelihood in ("negative_binomial", "zinb"):
         distribution = observation(likelihood, output, log_library=log_library, inverse_dispersion=theta,
                                    zero_logits=torch.full((60,), -200.0))
-        mean = float(np.exp(-3.0) * 1000.0)
-        expected = st.nbinom.logpmf(counts.numpy(), theta.double().numpy(), theta.double().numpy() / (theta.double().numpy() + mean))
+        mean, size = float(np.exp(-3.0) * 1000.0), theta.double().numpy()
+        expected = st.nbinom.logpmf(counts.numpy(), size, size / (size + mean))
         ours = distribution.base_dist.log_prob(counts)
         assert ours.dtype == torch.float32
         np.testing.assert_allclose(ours.numpy(), expected, rtol=0, atol=2e-4)
