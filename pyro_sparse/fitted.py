@@ -2,6 +2,7 @@
 
 import numpy as np
 import torch
+from pyro import poutine
 
 from pyro_sparse.data import (
     DataError,
@@ -14,7 +15,13 @@ from pyro_sparse.data import (
 )
 from pyro_sparse.data.covariates import CovariateSpec
 from pyro_sparse.infer.config import is_count
-from pyro_sparse.infer.importance import expected_observation, importance_log_likelihood
+from pyro_sparse.infer.importance import (
+    exact_guide_trace,
+    expected_observation,
+    forked_rng,
+    importance_log_likelihood,
+    local_latent_sites,
+)
 from pyro_sparse.infer.mask_posterior import mask_log_likelihood_curvature
 from pyro_sparse.io import anndata as anndata_io
 from pyro_sparse.io import serialization
@@ -32,7 +39,7 @@ def evaluation_data(X, config, needs_library=True):
     """
     covariates = library = None
     if anndata_io.is_anndata(X):
-        X, covariates, library = anndata_io.evaluation_data(X, config)
+        X, covariates, library = anndata_io.evaluation_data(X, config, needs_library)
     elif config.get("covariates"):
         raise DataError("the model was trained with covariates from adata.obs: give it an AnnData with those columns")
     elif needs_library and (config.get("registration") or {}).get("size_factor_key"):
@@ -53,15 +60,21 @@ def _check_num_samples(num_samples):
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
 
 
+def feature_labels(names, num_features):
+    """``names`` as a list, checked against the number of features; default: the indices."""
+    labels = list(names) if names is not None else list(range(num_features))
+    if len(labels) != num_features:
+        raise ValueError(f"got {len(labels)} feature names for {num_features} features")
+    return labels
+
+
 def top_features(W, k=5, names=None):
     """
     For each column of ``W`` (features x factors), the ``k`` features with the
     largest ``|W_jk|`` that are non-zero, named by ``names`` (default: indices).
     """
     W = np.abs(W)
-    names = list(names) if names is not None else list(range(W.shape[0]))
-    if len(names) != W.shape[0]:
-        raise ValueError(f"got {len(names)} names for {W.shape[0]} features")
+    names = feature_labels(names, W.shape[0])
     tops = []
     for column in W.T:
         order = [j for j in np.argsort(-column, kind="stable")[:k] if column[j] > 0]
@@ -186,10 +199,23 @@ class FittedModel:
 
     @torch.no_grad()
     def sample_posterior(self, X, num_samples=1):
-        """Draws z ~ q(z | x), shape (num_samples, N, K)."""
+        """
+        Draws z ~ q(z | x), shape (num_samples, N, K): z's marginal under the
+        guide, so where q(z | x) depends on another local site (a learned
+        threshold λ), each code comes with its own draw of λ.
+        """
         _check_num_samples(num_samples)
-        batches = self._batches(X, needs_library=False)
-        return np.concatenate([self._posterior(batch).sample((num_samples,)).cpu().numpy() for batch in batches], axis=1)
+        samples = []
+        for batch in self._batches(X, needs_library=False):
+            with forked_rng(batch.x):
+                order = local_latent_sites(poutine.trace(self.guide).get_trace(batch.x, **batch.kwargs))
+            if order[0] == "z":  # nothing drawn before z: one vectorised draw
+                draws = self._posterior(batch).sample((num_samples,))
+            else:
+                draws = torch.stack([exact_guide_trace(self.guide, batch.x, **batch.kwargs).nodes["z"]["value"]
+                                     for _ in range(num_samples)])
+            samples.append(draws.cpu().numpy())
+        return np.concatenate(samples, axis=1)
 
     def reconstruct(self, X):
         """
@@ -225,7 +251,8 @@ class FittedModel:
         proportions at E_q[z | x] scaled to ``library_size`` per cell (1: they sum
         to 1), else E[x | z] as :meth:`reconstruct`.  ``batch`` decodes every
         cell as if it came from that batch (counterfactual, batch effect
-        removed); it needs a model trained with a ``batch_key``.
+        removed: the codes are still inferred from the cell's own batch, as
+        scvi-tools' ``transform_batch``); it needs a model trained with a ``batch_key``.
         """
         spec = CovariateSpec.from_config(self.config.get("covariates"))
         if batch is not None and spec is None:
@@ -233,12 +260,12 @@ class FittedModel:
         counts = self.model.observation.counts
         pieces = []
         for piece in self._batches(X, needs_library=False):
-            kwargs = dict(piece.kwargs)
-            if batch is not None:
-                kwargs["covariates"] = spec.with_batch(piece.covariates, batch)
+            kwargs, decode_with = dict(piece.kwargs), {}
+            if batch is not None:  # encoded as observed, decoded as if from `batch`
+                decode_with["covariates"] = spec.with_batch(piece.covariates, batch)
             if counts and not self.model.observation.latent_library:
                 kwargs["library"] = piece.x.new_ones(piece.x.shape[0])  # the decoder's rates without the offset
-            mean = expected_observation(self.model, self.guide, piece.x, **kwargs)
+            mean = expected_observation(self.model, self.guide, piece.x, decode_with=decode_with, **kwargs)
             pieces.append((mean / mean.sum(-1, keepdim=True) * library_size if counts else mean).cpu().numpy())
         return np.concatenate(pieces)
 
@@ -253,7 +280,7 @@ class FittedModel:
         W = self.W_
         if W.ndim != 2:
             raise AttributeError(f"model {self.config['model']!r} has no features x factors mask")
-        names = np.asarray(names if names is not None else self.config.get("feature_names") or range(W.shape[0]))
+        names = np.asarray(feature_labels(names if names is not None else self.config.get("feature_names"), W.shape[0]))
         rows, factors = np.nonzero(W)
         table = pd.DataFrame({"feature": names[rows], "factor": factors, "weight": W[rows, factors]})
         try:

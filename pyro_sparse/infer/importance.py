@@ -8,16 +8,34 @@ from pyro import poutine
 from pyro_sparse.plates import in_data_plate
 
 
+def forked_rng(x):
+    """A block whose random draws leave the caller's stream (CPU, and ``x``'s CUDA device) as it was."""
+    devices = [x.device.index if x.device.index is not None else torch.cuda.current_device()] if x.is_cuda else []
+    return torch.random.fork_rng(devices=devices)
+
+
+def local_latent_sites(trace):
+    """Names of the trace's latent sites inside the data plate, in the order they were drawn."""
+    return [name for name, site in trace.nodes.items()
+            if site["type"] == "sample" and in_data_plate(site) and not site["is_observed"]]
+
+
 def exact_guide_trace(guide, x, **kwargs):
     """
     A trace of the guide on ``x`` whose local sites hold exact draws of their
     distributions: a relaxed (training-time) draw of a spike-and-slab code is
-    never exactly 0 and would be scored by the slab density.
+    never exactly 0 and would be scored by the slab density.  Sites are drawn
+    in order, and the guide is replayed after each draw that later sites may
+    depend on (a learned threshold, then the codes given it), so the trace
+    is one draw of the guide's joint law.
     """
     guide_trace = poutine.trace(guide).get_trace(x, **kwargs)
-    for site in guide_trace.nodes.values():
-        if site["type"] == "sample" and in_data_plate(site):
-            site["value"] = site["fn"].sample()
+    names = local_latent_sites(guide_trace)
+    for position, name in enumerate(names):
+        site = guide_trace.nodes[name]
+        site["value"] = site["fn"].sample()
+        if position + 1 < len(names):
+            guide_trace = poutine.trace(poutine.replay(guide, trace=guide_trace)).get_trace(x, **kwargs)
     return guide_trace
 
 
@@ -57,20 +75,26 @@ def importance_log_likelihood(model, guide, x, num_samples=100, **kwargs):
 
 
 @torch.no_grad()
-def expected_observation(model, guide, x, codes=None, **kwargs):
+def expected_observation(model, guide, x, codes=None, decode_with=None, **kwargs):
     """
     E[x | z, globals]: the model's mean of x given codes z (by default the
     posterior means E_q[z | x]), the posterior means of any other local site
-    and the guide's values of the global sites.
+    and the guide's values of the global sites.  ``decode_with``: keyword
+    arguments that replace ``kwargs`` in the model only (a counterfactual
+    batch: the cell is encoded under its own covariates, decoded under
+    these).  Deterministic: the guide's draws, replaced by means, come from a
+    forked RNG, so the caller's random stream is left as it was.
     """
-    # Other local sites (a learned threshold) at their posterior means, and q(z | x) rebuilt from those
-    # means (replayed, not merely overwritten: z's law depends on them), as the guide's posterior().
-    guide_trace = poutine.trace(guide).get_trace(x, **kwargs)
-    for name, site in guide_trace.nodes.items():
-        if site["type"] == "sample" and in_data_plate(site) and name != "z":
-            site["value"] = site["fn"].mean
-    guide_trace = poutine.trace(poutine.replay(guide, trace=guide_trace)).get_trace(x, **kwargs)
-    guide_trace.nodes["z"]["value"] = codes if codes is not None else guide_trace.nodes["z"]["fn"].mean
-    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, **kwargs)
+    with forked_rng(x):
+        # Other local sites (a learned threshold) at their posterior means, and q(z | x) rebuilt from those
+        # means (replayed, not merely overwritten: z's law depends on them), as the guide's posterior().
+        guide_trace = poutine.trace(guide).get_trace(x, **kwargs)
+        for name, site in guide_trace.nodes.items():
+            if site["type"] == "sample" and in_data_plate(site) and name != "z":
+                site["value"] = site["fn"].mean
+        guide_trace = poutine.trace(poutine.replay(guide, trace=guide_trace)).get_trace(x, **kwargs)
+        guide_trace.nodes["z"]["value"] = codes if codes is not None else guide_trace.nodes["z"]["fn"].mean
+        model_kwargs = kwargs if decode_with is None else {**kwargs, **decode_with}
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, **model_kwargs)
     # detach: torch's lazy properties (a zero-inflated mean) compute with gradients on even under no_grad.
     return model_trace.nodes["x"]["fn"].mean.detach()

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import torch
 
-from pyro_sparse.fitted import evaluation_data
+from pyro_sparse.fitted import evaluation_data, feature_labels
 from pyro_sparse.infer.importance import expected_observation
 
 
@@ -52,13 +52,6 @@ def _factor_order(W):
     return np.lexsort((-strength, group))
 
 
-def _feature_names(feature_names, num_features):
-    names = list(feature_names) if feature_names is not None else list(range(num_features))
-    if len(names) != num_features:
-        raise ValueError(f"got {len(names)} feature names for {num_features} features")
-    return names
-
-
 def mask_heatmap(W, feature_names=None, order_by_factor=True):
     """
     ``|W|`` as a features x factors heatmap; exact zeros are white.  With
@@ -67,7 +60,7 @@ def mask_heatmap(W, feature_names=None, order_by_factor=True):
     """
     plt = _pyplot()
     W = np.abs(_mask(W))
-    names = _feature_names(feature_names, W.shape[0])
+    names = feature_labels(feature_names, W.shape[0])
     order = _factor_order(W) if order_by_factor else np.arange(W.shape[0])
     figure, axis = plt.subplots(figsize=(1.2 + 0.5 * W.shape[1], 1.2 + 0.3 * min(W.shape[0], 60)))
     image = axis.imshow(np.ma.masked_equal(W[order], 0), aspect="auto", cmap="viridis", interpolation="nearest")
@@ -88,7 +81,7 @@ def top_features(W, k=10, feature_names=None):
     """
     plt = _pyplot()
     W = _mask(W)
-    names = _feature_names(feature_names, W.shape[0])
+    names = feature_labels(feature_names, W.shape[0])
     factors = np.flatnonzero(np.abs(W).sum(0) > 0)
     if factors.size == 0:
         raise ValueError("W is identically zero: no factor uses any feature")

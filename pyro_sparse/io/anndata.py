@@ -165,12 +165,13 @@ def training_dataset(data, likelihood, layer=None, batch_key=None):
     return dataset
 
 
-def evaluation_data(adata, config):
+def evaluation_data(adata, config, needs_library=True):
     """
     ``(matrix, covariates, library)`` of an AnnData to evaluate a fitted model
     on: the layer the model was trained on (after checking that ``var_names``
     are the training features in the training order), its covariates encoded
-    as in training, and its library sizes.
+    as in training, and its library sizes (``None`` unless ``needs_library``:
+    the encoder does not read them).
     """
     check_feature_names(
         [str(name) for name in adata.var_names], config.get("feature_names"), "adata",
@@ -179,7 +180,8 @@ def evaluation_data(adata, config):
     registration = config.get("registration") or {"layer": config.get("layer")}
     spec = CovariateSpec.from_config(config.get("covariates"))
     covariates = None if spec is None else spec.encode(adata.obs)
-    return _matrix(adata, registration.get("layer")), covariates, _library(adata, registration.get("size_factor_key"))
+    library = _library(adata, registration.get("size_factor_key")) if needs_library else None
+    return _matrix(adata, registration.get("layer")), covariates, library
 
 
 def _optional(fitted, attribute):
@@ -198,6 +200,8 @@ def write_to(fitted, adata, key=None):
     decoder mask W and ``varm["inclusion_probs_<key>"]`` E[γ_jk | w_jk, η_k],
     and ``uns["latent_correlation_<key>"]`` the (K, K) correlation matrix of
     a Gaussian prior of the codes.  ``key`` defaults to the model's name.
+    Entries of an earlier fit written under the same key that this model
+    does not have are removed, so every ``<key>`` entry is this fit's.
     """
     if not is_anndata(adata):
         raise TypeError(f"write_to needs an AnnData, got a {type(adata).__name__}")
@@ -205,11 +209,13 @@ def write_to(fitted, adata, key=None):
     adata.obsm[f"X_{key}"] = fitted.transform(adata)
     W = _optional(fitted, "W_")
     # oi_vae's W is (groups, K, p), not one loading per gene and factor.
-    if W is not None and W.shape == (adata.n_vars, fitted.config["latent_dim"]):
-        adata.varm[f"W_{key}"] = W
-        inclusion_probs = _optional(fitted, "inclusion_probs_")
-        if inclusion_probs is not None:
-            adata.varm[f"inclusion_probs_{key}"] = inclusion_probs
-    correlation = _optional(fitted, "latent_correlation_")
-    if correlation is not None:
-        adata.uns[f"latent_correlation_{key}"] = correlation
+    if W is None or W.shape != (adata.n_vars, fitted.config["latent_dim"]):
+        W = None
+    entries = [(adata.varm, f"W_{key}", W),
+               (adata.varm, f"inclusion_probs_{key}", None if W is None else _optional(fitted, "inclusion_probs_")),
+               (adata.uns, f"latent_correlation_{key}", _optional(fitted, "latent_correlation_"))]
+    for store, name, value in entries:
+        if value is not None:
+            store[name] = value
+        elif name in store:
+            del store[name]
