@@ -220,6 +220,16 @@ class SVIModel:
         if likelihood != "gaussian" and noise:
             raise ValueError(f"{noise} set the noise of the gaussian likelihood; the {likelihood} likelihood "
                              "has none: leave them out")
+        for key in ("noise_nu", "noise_xi"):
+            value = hyper.get(key)
+            if value is not None and not (isinstance(value, (int, float, np.integer, np.floating))
+                                          and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{key} must be a positive number (the Inverse-Gamma prior of σ², Eq. 60), "
+                                 f"got {value!r}")
+        if "lkj_concentration" in hyper and not (hyper.get("latent_prior") == "correlated"
+                                                 or hyper.get("learn_correlation")):
+            raise ValueError("lkj_concentration is the LKJ prior of a learned latent correlation: pass "
+                             "latent_prior='correlated' (or learn_correlation=True), or leave it out")
         if likelihood in COUNT_LIKELIHOODS and "hidden_dims" not in hyper:
             hyper = {**self.count_networks, **hyper}
         for name in _WIDTHS:

@@ -550,3 +550,25 @@ def test_long_training_does_not_grow_memory(monkeypatch):
 def test_data_in_large_units_trains_like_standardised_data(X):
     fitted = pyro_sparse.train("vae", X * 1e7, **{**TINY, "max_epochs": 2})
     assert np.isfinite(fitted.transform(X * 1e7)).all()
+
+
+@pytest.mark.parametrize("options", [{"noise_nu": 0.0}, {"noise_xi": -1.0}, {"noise_nu": float("nan")},
+                                     {"noise_xi": "1"}])
+def test_noise_prior_options_must_be_positive_numbers(options):
+    X = np.random.default_rng(0).normal(size=(30, 4)).astype(np.float32)
+    with pytest.raises(ValueError, match=f"{next(iter(options))} must be a positive number"):
+        pyro_sparse.train("ssl_dgm", X, latent_dim=2, max_epochs=1, progress=False, **options)
+
+
+def test_calibrating_the_noise_prior_refuses_a_non_positive_nu():
+    from pyro_sparse.priors.noise import calibrate_noise_prior
+
+    with pytest.raises(ValueError, match="noise_nu must be a positive number"):
+        calibrate_noise_prior(np.ones(5), nu=-3.0)
+
+
+@pytest.mark.parametrize("options", [{}, {"latent_prior": "normal"}, {"prior_covariance": np.eye(2)}])
+def test_an_lkj_concentration_without_a_learned_correlation_is_an_error(options):
+    X = np.random.default_rng(0).normal(size=(30, 4)).astype(np.float32)
+    with pytest.raises(ValueError, match="lkj_concentration is the LKJ prior of a learned latent correlation"):
+        pyro_sparse.train("vae", X, latent_dim=2, max_epochs=1, progress=False, lkj_concentration=50.0, **options)

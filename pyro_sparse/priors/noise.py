@@ -21,6 +21,8 @@ def calibrate_noise_prior(feature_variances, nu=DEFAULT_NOISE_NU):
     Inverse-Gamma(α, β) is β / Gamma(α, 1).ppf(0.1), which gives
     ξ = 2 s₅ Gamma(ν/2, 1).ppf(0.1) / ν.
     """
+    if not (np.isfinite(nu) and nu > 0):
+        raise ValueError(f"noise_nu must be a positive number, got {nu!r}")
     feature_variances = np.asarray(feature_variances, dtype=float)
     constant = np.flatnonzero(feature_variances == 0)
     if constant.size:
