@@ -21,12 +21,13 @@ import warnings
 
 import numpy as np
 import torch
+from pyro import poutine
 from tqdm.auto import tqdm
 
 from pyro_sparse.infer import checkpoints
 from pyro_sparse.infer.config import TrainingSettings
 from pyro_sparse.infer.handlers import scale_local_latents
-from pyro_sparse.infer.importance import log_importance_weights
+from pyro_sparse.infer.importance import forked_rng, log_importance_weights
 
 #: Step losses whose median ``Checkpointing.spike_factor`` compares a step's loss with.
 SPIKE_WINDOW = 100
@@ -128,6 +129,38 @@ def _optimizer(model, guide, settings):
     return optimizer, torch.optim.lr_scheduler.ExponentialLR(optimizer, settings.optimization.lr_decay)
 
 
+def check_site_scales(model, guide, batch, num_data):
+    """
+    Before training: every latent site must carry the same scale in the
+    model and the guide.  The ELBO weighs a closed-form KL by the guide's
+    scale and a Monte-Carlo one by each side's own, so a KL weight (the
+    model's ``beta``, the guide's ``kl_weight``) set on one side only is
+    ignored or turns the KL into β log p - log q.  ``train`` sets both; this
+    catches a model and guide built by hand.  Traced in eval mode with a
+    forked RNG: training sees no side effect.
+    """
+    modes = model.training, guide.training
+    model.eval(), guide.eval()
+    try:
+        with torch.no_grad(), forked_rng(batch.x):
+            guide_trace = poutine.trace(guide).get_trace(batch.x, num_data, **batch.kwargs)
+            model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(
+                batch.x, num_data, **batch.kwargs)
+    finally:
+        model.train(modes[0]), guide.train(modes[1])
+    for name, site in model_trace.nodes.items():
+        other = guide_trace.nodes.get(name)
+        if site["type"] != "sample" or site["is_observed"] or other is None:
+            continue
+        if not torch.allclose(torch.as_tensor(site["scale"], dtype=torch.float64),
+                              torch.as_tensor(other["scale"], dtype=torch.float64)):
+            raise ValueError(
+                f"site {name!r} is scaled by {float(site['scale']):g} in the model and {float(other['scale']):g} "
+                "in the guide: a KL weight (the model's beta, the guide's kl_weight, a prior's threshold_beta) "
+                "must be given to both; pyro_sparse.train does this"
+            )
+
+
 class Trainer:
     """
     One SVI run of ``model``/``guide`` under ``elbo``.
@@ -152,6 +185,7 @@ class Trainer:
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.watched = [t for t in (*params, *model.buffers(), *guide.buffers()) if t.is_floating_point()]
         self.recent_losses = collections.deque(maxlen=SPIKE_WINDOW)  # step losses, for spike_factor
+        self.scales_checked = False
 
     @property
     def _live(self):
@@ -206,6 +240,9 @@ class Trainer:
 
     def _step(self, batch, weight, num_data):
         loop = self.loop
+        if not self.scales_checked:  # on the first batch: no extra read of the data
+            check_site_scales(self.model, self.guide, batch, num_data)
+            self.scales_checked = True
         for module in self.scheduled:
             module.schedule(loop.step / self.steps_per_epoch, loop.step)
         self.optimizer.zero_grad(set_to_none=True)

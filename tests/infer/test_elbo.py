@@ -277,3 +277,23 @@ def test_fits_a_tiny_vsc_in_the_training_loop(reduction):
     x = X[:16]
     terms = elbo.particle_terms(model_module, guide, x, X.shape[0])
     assert terms.local.shape == (4, 16) and torch.isfinite(terms.local).all()
+
+
+@pytest.mark.parametrize("model_beta, guide_kl_weight", [(4.0, 1.0), (1.0, 0.5)])
+def test_a_kl_weight_on_one_side_only_is_refused_before_training(model_beta, guide_kl_weight):
+    # TraceMeanField_ELBO weighs a closed-form KL by the guide's scale only: the model's β would be ignored.
+    from pyro_sparse.guides import AmortizedNormalGuide
+    from pyro_sparse.models import VAE
+
+    X = torch.randn(32, 5, generator=torch.Generator().manual_seed(0))
+    data = Dataset.from_data(X, "gaussian")
+    model_module = VAE(5, latent_dim=2, hidden_dims=(8,), beta=model_beta)
+    guide = AmortizedNormalGuide(5, 2, hidden_dims=(8,), kl_weight=guide_kl_weight,
+                                 point_estimates=model_module.point_estimate_sites(torch.ones(5)))
+    settings = TrainingSettings(max_epochs=1, batch_size=16, progress=False)
+    before = [p.detach().clone() for p in guide.parameters()]
+    with pytest.raises(ValueError, match="site 'z' is scaled by .* in the model and .* in the guide"):
+        fit(model_module, guide, TraceMeanField_ELBO(), data, settings=settings)
+    assert all(torch.equal(a, b) for a, b in zip(before, guide.parameters()))  # nothing was trained
+    guide.kl_weight = model_beta
+    assert len(fit(model_module, guide, TraceMeanField_ELBO(), data, settings=settings)["train_loss"]) == 1
