@@ -216,3 +216,17 @@ def test_argument_validation():
         whitened_patches(10, standardize="bogus")
     with pytest.raises(ValueError):
         whitened_patches(10, validation_images=100)
+
+
+def test_whitening_options_are_checked():
+    with pytest.raises(ValueError, match="f0 .* must be positive"):
+        P.whitening_filter((8, 8), f0=0.0)
+    with pytest.raises(ValueError, match="pad must be >= 0"):
+        P.whiten_image(np.random.default_rng(0).normal(size=(16, 16)), pad=-1)
+
+
+def test_validation_images_by_one_name_or_with_repeats_are_each_taken_once():
+    rng = np.random.default_rng(0)
+    names = ["china", "flower", "camera"]
+    assert P._validation_names("china", names, rng) == ["china"]
+    assert P._validation_names(["china", "china", "flower"], names, rng) == ["china", "flower"]

@@ -333,3 +333,28 @@ def test_warmup_prevents_dictionary_collapse():
     assert cold.dictionary.norm() < 0.9 * np.sqrt(24)
     assert min(warm.code_density) > 0.0
     assert warm.dictionary.norm() > cold.dictionary.norm()
+
+
+def test_fista_refuses_a_nan_lam_and_a_misshapen_or_non_finite_init():
+    A, X = _problem(6, 4)
+    with pytest.raises(ValueError, match="lam must be finite and non-negative"):
+        fista(X, A, float("nan"))
+    with pytest.raises(ValueError, match=r"init must have the codes' shape \(4, 4\)"):
+        fista(X, A, 0.1, init=np.ones((16,)))
+    A, X = _problem(6, 3)
+    with pytest.raises(ValueError, match=r"init must have the codes' shape \(4, 3\)"):
+        fista(X, A, 0.1, init=np.ones((3, 4)))  # (K, N): same size, scrambled if reshaped
+    with pytest.raises(ValueError, match="init has non-finite values"):
+        fista(X, A, 0.1, init=np.full((4, 3), np.nan))
+    np.testing.assert_allclose(fista(X[0], A, 0.1, init=np.zeros(3)).numpy(), fista(X[0], A, 0.1).numpy())
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"init": np.full((6, 3), np.nan)}, "init has non-finite values"),
+    ({"kappa": -1.0}, "kappa .* must be >= 0"),
+    ({"lr": -0.5}, "lr must be positive"),
+])
+def test_learn_dictionary_checks_its_start_and_step_options(options, message):
+    _, X = _problem(6, 3, N=20)
+    with pytest.raises(ValueError, match=message):
+        learn_dictionary(X, 3, 0.1, num_epochs=1, **options)

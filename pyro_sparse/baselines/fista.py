@@ -140,8 +140,8 @@ def _check_problem(X, dictionary, lam):
         if not bool(torch.isfinite(value).all()):
             raise ValueError(f"{name} has non-finite values (NaN or inf)")
     lam_t = _as_tensor(lam, like=A, name="lam")
-    if bool((lam_t < 0).any()):
-        raise ValueError("lam must be non-negative")
+    if not bool((torch.isfinite(lam_t) & (lam_t >= 0)).all()):
+        raise ValueError("lam must be finite and non-negative")
     if lam_t.ndim > 2:
         raise ValueError("lam must be a scalar or broadcastable to (N, K)")
     return X, A, lam_t, squeeze
@@ -240,7 +240,12 @@ def fista(
     if init is None:
         z = X.new_zeros(n, k)
     else:
-        z = _as_tensor(init, like=A, name="init").reshape(n, k).clone()
+        z = _as_tensor(init, like=A, name="init")
+        if tuple(z.shape) not in ((n, k), (k,) if squeeze else (n, k)):
+            raise ValueError(f"init must have the codes' shape {(n, k)}, got {tuple(z.shape)}")
+        if not bool(torch.isfinite(z).all()):
+            raise ValueError("init has non-finite values (NaN or inf)")
+        z = z.reshape(n, k).clone()
 
     L = float(lipschitz) if lipschitz is not None else float(lipschitz_constant(A))
     if L <= 0.0:
@@ -400,6 +405,10 @@ def learn_dictionary(
         raise ValueError("num_atoms and batch_size must be >= 1, num_epochs >= 0")
     if not bool(torch.isfinite(X).all()):
         raise ValueError("X has non-finite values (NaN or inf)")
+    if not (math.isfinite(kappa) and kappa >= 0):
+        raise ValueError(f"kappa (the weight of the dictionary's Frobenius penalty) must be >= 0, got {kappa!r}")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be positive, got {lr!r}")
     if num_atoms > n:
         warnings.warn(f"a dictionary of {num_atoms} atoms is larger than the {n} data points can support "
                       "(an atom is learned from the points that use it); use more data or fewer atoms",
@@ -451,6 +460,8 @@ def _initial_dictionary(init, d, num_atoms, gen, dev, dt):
     A = _as_tensor(init).to(device=dev, dtype=dt).clone()
     if A.shape != (d, num_atoms):
         raise ValueError(f"init must have shape {(d, num_atoms)}")
+    if not bool(torch.isfinite(A).all()):
+        raise ValueError("init has non-finite values (NaN or inf)")
     return A
 
 

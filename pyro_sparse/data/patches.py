@@ -188,6 +188,8 @@ def whitening_filter(shape: tuple[int, int], f0: float = 0.4) -> np.ndarray:
     fy = np.fft.fftfreq(shape[0])[:, None]
     fx = np.fft.fftfreq(shape[1])[None, :]
     rho = np.sqrt(fx * fx + fy * fy)
+    if not (np.isfinite(f0) and f0 > 0):
+        raise ValueError(f"f0 (the whitening filter's roll-off, cycles/pixel) must be positive, got {f0!r}")
     return rho * np.exp(-((rho / f0) ** 4))
 
 
@@ -202,6 +204,8 @@ def whiten_image(
     img = np.asarray(image, dtype=np.float64)
     if img.ndim != 2:
         raise ValueError("whiten_image expects a 2-D grey image")
+    if pad < 0:
+        raise ValueError(f"pad must be >= 0, got {pad!r}")
     padded = np.pad(img, pad, mode="reflect") if pad > 0 else img
     spectrum = np.fft.fft2(padded) * whitening_filter(padded.shape, f0)
     white = np.real(np.fft.ifft2(spectrum))
@@ -411,7 +415,9 @@ def _validation_names(validation_images, names, rng) -> list:
             )
         chosen = set(rng.choice(len(names), size=k, replace=False).tolist())
         return [n for i, n in enumerate(names) if i in chosen]
-    val_names = [str(n) for n in validation_images]
+    if isinstance(validation_images, str):
+        validation_images = [validation_images]
+    val_names = list(dict.fromkeys(str(n) for n in validation_images))  # each image once, in the order given
     unknown = [n for n in val_names if n not in names]
     if unknown:
         raise ValueError(f"unknown validation images {unknown}; available: {names}")

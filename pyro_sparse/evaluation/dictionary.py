@@ -112,7 +112,7 @@ class SparseCodingReport:
     density: float  #: fraction of non-zero codes
     atom_usage: np.ndarray  #: (K,) fraction of points using each atom
     dead_atoms: int  #: atoms no point uses
-    coherence_max: float
+    coherence_max: float  #: :func:`coherence`; NaN with fewer than two atoms of non-zero norm
     coherence_mean: float
     mean_atom_norm: float
     fista_objective: float  #: the same objective with FISTA's codes for the same A
@@ -140,7 +140,8 @@ def sparse_coding_report(X, dictionary, codes, lam, fista_iterations=2000, fista
     Xt, At, Zt = (torch.as_tensor(m) for m in (X, A, Z))
     residual = 0.5 * ((Xt - Zt @ At.T) ** 2).sum(1).mean()
     density, usage = code_density(Z)
-    largest, mean = coherence(A)
+    # A collapsed dictionary (fewer than two live atoms), the failure this report diagnoses, has no coherence.
+    largest, mean = coherence(A) if (np.linalg.norm(A, axis=0) > 0).sum() >= 2 else (float("nan"), float("nan"))
     recoded = fista(Xt, At, lam, num_iterations=fista_iterations, tol=fista_tol)
     return SparseCodingReport(
         objective=float(sparse_coding_objective(Xt, At, Zt, lam).mean()),

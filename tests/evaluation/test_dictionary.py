@@ -87,3 +87,12 @@ def test_report_names_bad_input():
     bad[0, 0] = np.inf
     with pytest.raises(ValueError, match="X has non-finite"):
         sparse_coding_report(bad, A, Z, 1.0)
+
+
+def test_the_report_of_a_collapsed_dictionary_has_no_coherence_but_the_rest():
+    rng = np.random.default_rng(0)
+    X, A = rng.normal(size=(10, 5)), np.zeros((5, 3))
+    A[:, 0] = rng.normal(size=5)  # one live atom
+    report = sparse_coding_report(X, A, np.zeros((10, 3)), 0.1)
+    assert np.isnan(report.coherence_max) and np.isnan(report.coherence_mean)
+    assert report.dead_atoms == 3 and np.isclose(report.objective, report.zero_code_objective)
