@@ -226,6 +226,11 @@ class SVIModel:
                                           and not isinstance(value, bool) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{key} must be a positive number (the Inverse-Gamma prior of σ², Eq. 60), "
                                  f"got {value!r}")
+        linear_only = sorted(k for k in ("dictionary_penalty", "shared_atom_norm") if k in hyper)
+        if linear_only and hyper.get("decoder", "mlp") != "linear":
+            raise ValueError(f"{linear_only} are options of the linear decoder (x ≈ A z); the "
+                             f"{hyper.get('decoder', 'mlp')!r} decoder has no dictionary: pass decoder='linear' or "
+                             "leave them out")
         if "lkj_concentration" in hyper and not (hyper.get("latent_prior") == "correlated"
                                                  or hyper.get("learn_correlation")):
             raise ValueError("lkj_concentration is the LKJ prior of a learned latent correlation: pass "

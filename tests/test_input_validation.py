@@ -572,3 +572,13 @@ def test_an_lkj_concentration_without_a_learned_correlation_is_an_error(options)
     X = np.random.default_rng(0).normal(size=(30, 4)).astype(np.float32)
     with pytest.raises(ValueError, match="lkj_concentration is the LKJ prior of a learned latent correlation"):
         pyro_sparse.train("vae", X, latent_dim=2, max_epochs=1, progress=False, lkj_concentration=50.0, **options)
+
+
+@pytest.mark.parametrize("model", ["tvsc", "vsc"])
+@pytest.mark.parametrize("options", [{"dictionary_penalty": 0.5}, {"shared_atom_norm": False}])
+def test_linear_decoder_options_with_another_decoder_are_an_error(model, options):
+    X = np.random.default_rng(0).normal(size=(30, 4)).astype(np.float32)
+    with pytest.raises(ValueError, match="options of the linear decoder"):
+        pyro_sparse.train(model, X, latent_dim=2, max_epochs=1, progress=False, **options)
+    fitted = pyro_sparse.train(model, X, latent_dim=2, max_epochs=1, progress=False, decoder="linear", **options)
+    assert fitted.model.linear_generator is not None
