@@ -129,7 +129,7 @@ def _optimizer(model, guide, settings):
     return optimizer, torch.optim.lr_scheduler.ExponentialLR(optimizer, settings.optimization.lr_decay)
 
 
-def check_site_scales(model, guide, batch, num_data):
+def check_site_scales(model, guide, batch):
     """
     Before training: every latent site must carry the same scale in the
     model and the guide.  The ELBO weighs a closed-form KL by the guide's
@@ -143,9 +143,10 @@ def check_site_scales(model, guide, batch, num_data):
     model.eval(), guide.eval()
     try:
         with torch.no_grad(), forked_rng(batch.x):
-            guide_trace = poutine.trace(guide).get_trace(batch.x, num_data, **batch.kwargs)
+            # num_data=None: no minibatch factor N/B (the same on both sides), so the scales read as set.
+            guide_trace = poutine.trace(guide).get_trace(batch.x, None, **batch.kwargs)
             model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(
-                batch.x, num_data, **batch.kwargs)
+                batch.x, None, **batch.kwargs)
     finally:
         model.train(modes[0]), guide.train(modes[1])
     for name, site in model_trace.nodes.items():
@@ -241,7 +242,7 @@ class Trainer:
     def _step(self, batch, weight, num_data):
         loop = self.loop
         if not self.scales_checked:  # on the first batch: no extra read of the data
-            check_site_scales(self.model, self.guide, batch, num_data)
+            check_site_scales(self.model, self.guide, batch)
             self.scales_checked = True
         for module in self.scheduled:
             module.schedule(loop.step / self.steps_per_epoch, loop.step)
