@@ -17,6 +17,7 @@ from pyro_sparse.priors import (
     NormalPrior,
     calibrated_noise_xi,
     initial_noise_variance,
+    noise_prior_options,
     sample_noise_variance,
 )
 
@@ -174,7 +175,7 @@ class OIVAE(nn.Module):
         self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion, library)
         self.likelihood = self.observation.likelihood
         self.beta = float(beta)
-        self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
+        self.noise_nu, self.noise_xi = noise_prior_options(noise_nu, noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         self.decoder = GroupGenerators(group_of_feature, latent_dim, self.group_input_dim, self.hidden_dims,
                                        covariate_dim)

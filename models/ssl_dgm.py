@@ -17,6 +17,7 @@ from pyro_sparse.priors import (
     SpikeSlabLassoPrior,
     calibrated_noise_xi,
     initial_noise_variance,
+    noise_prior_options,
     sample_noise_variance,
 )
 
@@ -144,7 +145,7 @@ class SparseDGM(nn.Module):
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
         self.beta = float(beta)
-        self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
+        self.noise_nu, self.noise_xi = noise_prior_options(noise_nu, noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         self.decoder = MaskedDecoder(num_features, latent_dim, hidden_dims, memory_budget_bytes,
                                      covariate_dim=covariate_dim)

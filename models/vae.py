@@ -10,6 +10,7 @@ from pyro_sparse.priors import (
     NormalPrior,
     calibrated_noise_xi,
     initial_noise_variance,
+    noise_prior_options,
     sample_noise_variance,
 )
 
@@ -62,7 +63,7 @@ class VAE(nn.Module):
             raise ValueError(f"noise must be 'global' or 'heteroscedastic', got {noise!r}")
         self.heteroscedastic = likelihood == "gaussian" and noise == "heteroscedastic"
         self.beta = float(beta)
-        self.noise_nu, self.noise_xi = float(noise_nu), float(noise_xi)
+        self.noise_nu, self.noise_xi = noise_prior_options(noise_nu, noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         if self.heteroscedastic:
             self.decoder = HeteroscedasticDecoder(num_features, latent_dim, hidden_dims, min_noise_variance,

@@ -115,7 +115,9 @@ class FittedModel:
         """
         Codes of X, shape (N, K): ``kind="mode"`` the posterior mode per
         coordinate (for sparse-latent models exactly 0 where the spike is more
-        probable than the slab), ``kind="mean"`` the posterior mean E_q[z | x].
+        probable than the slab), ``kind="mean"`` the posterior mean E_q[z | x]
+        (with a learned threshold, of q(z | x, λ) at λ's posterior mean; draws of
+        the marginal: :meth:`sample_posterior`).
         For Gaussian posteriors the two coincide.  Factors the decoder does not
         use (not in :attr:`active_factors_`: their column of W is exactly 0)
         read 0 whatever their posterior says: under a correlated prior that

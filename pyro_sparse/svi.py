@@ -220,12 +220,6 @@ class SVIModel:
         if likelihood != "gaussian" and noise:
             raise ValueError(f"{noise} set the noise of the gaussian likelihood; the {likelihood} likelihood "
                              "has none: leave them out")
-        for key in ("noise_nu", "noise_xi"):
-            value = hyper.get(key)
-            if value is not None and not (isinstance(value, (int, float, np.integer, np.floating))
-                                          and not isinstance(value, bool) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{key} must be a positive number (the Inverse-Gamma prior of σ², Eq. 60), "
-                                 f"got {value!r}")
         linear_only = sorted(k for k in ("dictionary_penalty", "shared_atom_norm") if k in hyper)
         if linear_only and hyper.get("decoder", "mlp") != "linear":
             raise ValueError(f"{linear_only} are options of the linear decoder (x ≈ A z); the "

@@ -560,11 +560,14 @@ def test_noise_prior_options_must_be_positive_numbers(options):
         pyro_sparse.train("ssl_dgm", X, latent_dim=2, max_epochs=1, progress=False, **options)
 
 
-def test_calibrating_the_noise_prior_refuses_a_non_positive_nu():
+def test_the_noise_prior_is_checked_where_it_is_used_not_only_by_train():
     from pyro_sparse.priors.noise import calibrate_noise_prior
 
     with pytest.raises(ValueError, match="noise_nu must be a positive number"):
         calibrate_noise_prior(np.ones(5), nu=-3.0)
+    for model in (pyro_sparse.models.VAE, pyro_sparse.models.SparseDGM, pyro_sparse.models.OIVAE):
+        with pytest.raises(ValueError, match="noise_xi must be a positive number"):
+            model(5, latent_dim=2, noise_xi=0.0)
 
 
 @pytest.mark.parametrize("options", [{}, {"latent_prior": "normal"}, {"prior_covariance": np.eye(2)}])

@@ -241,7 +241,7 @@ def fista(
         z = X.new_zeros(n, k)
     else:
         z = _as_tensor(init, like=A, name="init")
-        if tuple(z.shape) not in ((n, k), (k,) if squeeze else (n, k)):
+        if tuple(z.shape) not in ({(n, k), (k,)} if squeeze else {(n, k)}):
             raise ValueError(f"init must have the codes' shape {(n, k)}, got {tuple(z.shape)}")
         if not bool(torch.isfinite(z).all()):
             raise ValueError("init has non-finite values (NaN or inf)")

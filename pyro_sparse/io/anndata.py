@@ -209,7 +209,7 @@ def write_to(fitted, adata, key=None):
     adata.obsm[f"X_{key}"] = fitted.transform(adata)
     W = _optional(fitted, "W_")
     # oi_vae's W is (groups, K, p), not one loading per gene and factor.
-    if W is None or W.shape != (adata.n_vars, fitted.config["latent_dim"]):
+    if W is not None and W.shape != (adata.n_vars, fitted.config["latent_dim"]):
         W = None
     entries = [(adata.varm, f"W_{key}", W),
                (adata.varm, f"inclusion_probs_{key}", None if W is None else _optional(fitted, "inclusion_probs_")),

@@ -32,6 +32,7 @@ from pyro_sparse.priors.noise import (
     calibrated_noise_xi,
     fixed_noise_variance,
     initial_noise_variance,
+    noise_prior_options,
     sample_noise_variance,
 )
 from pyro_sparse.priors.site import (
@@ -82,6 +83,7 @@ __all__ = [
     "calibrate_noise_prior",
     "group_soft_threshold",
     "initial_noise_variance",
+    "noise_prior_options",
     "read_gmt",
     "sample_noise_variance",
 ]

@@ -13,6 +13,16 @@ from pyro_sparse.distributions.likelihoods import InverseGamma
 DEFAULT_NOISE_NU = 3.0
 
 
+def noise_prior_options(nu, xi):
+    """ν and ξ of the σ² prior (Eq. 60) as floats, refused unless both are positive finite numbers."""
+    for name, value in (("noise_nu", nu), ("noise_xi", xi)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a positive number (the Inverse-Gamma prior of σ², Eq. 60), "
+                             f"got {value!r}")
+    return float(nu), float(xi)
+
+
 def calibrate_noise_prior(feature_variances, nu=DEFAULT_NOISE_NU):
     r"""
     ξ for the σ_j² ~ Inverse-Gamma(ν/2, νξ/2) prior (Moran et al. 2022,
@@ -21,8 +31,7 @@ def calibrate_noise_prior(feature_variances, nu=DEFAULT_NOISE_NU):
     Inverse-Gamma(α, β) is β / Gamma(α, 1).ppf(0.1), which gives
     ξ = 2 s₅ Gamma(ν/2, 1).ppf(0.1) / ν.
     """
-    if not (np.isfinite(nu) and nu > 0):
-        raise ValueError(f"noise_nu must be a positive number, got {nu!r}")
+    nu, _ = noise_prior_options(nu, 1.0)
     feature_variances = np.asarray(feature_variances, dtype=float)
     constant = np.flatnonzero(feature_variances == 0)
     if constant.size:
