@@ -97,6 +97,9 @@ class SparseDGM(nn.Module):
     Covariates enter the decoder's first layer unmasked: they are not factors.
     """
 
+    # Place a schedule as a fraction of max_epochs (see check_schedule): a resumed run may change them.
+    schedule_options = ("feature_subsample_end_fraction",)
+
     def __init__(
         self,
         num_features,
@@ -211,7 +214,8 @@ class SparseDGM(nn.Module):
         """
         Before training: start feature subsampling two epochs after the KL
         warm-up unless told otherwise, warn when told to start before it ends,
-        and end it ``feature_subsample_end_fraction`` of ``max_epochs`` before the end.
+        and end it ``feature_subsample_end_fraction`` of ``max_epochs`` before
+        the end.  Returns the end epoch where subsampling is on.
         """
         self.feature_subsample_end_epoch = max_epochs * (1.0 - self.feature_subsample_end_fraction)
         if self.feature_subsample_start_epoch is None:
@@ -223,6 +227,9 @@ class SparseDGM(nn.Module):
                 "back; set feature_subsample_start_epoch at or after kl_warmup_epochs (a few epochs after is safer)",
                 stacklevel=5,
             )
+        if self.feature_subsample_size is not None:
+            return {"feature_subsample_end_epoch": self.feature_subsample_end_epoch}
+        return {}
 
     def schedule(self, epoch, iteration):
         """Called by the training loop before each step with the fractional epoch."""

@@ -427,6 +427,7 @@ class SVIModel:
         custom_priors = {k: hyper[k] for k in PRIOR_ARGUMENTS if k in hyper and not isinstance(hyper[k], str)}
         config = self._config(name, dataset, train_data, latent_dim, hyper, custom_priors, settings)
         model, guide, elbo = self.assemble(config, device, custom_priors)
+        config["schedule"] = _place_schedules(model, guide, settings)
         elbo = self._check_before_training(name, model, guide, elbo, train_data, settings, device)
         return self._run(config, model, guide, elbo, train_data, validation_data, settings, device, generator)
 
@@ -473,10 +474,6 @@ class SVIModel:
                 "can support (an atom is learned from the points that use it); use more data or fewer atoms",
                 stacklevel=4,
             )
-        for module in (model, guide):
-            check_schedule = getattr(module, "check_schedule", None)
-            if check_schedule is not None:
-                check_schedule(settings.warmup_epochs, settings.max_epochs)
         _log_kl_terms(model, guide, train_data, device)
         precision = settings.hardware.precision
         if precision == "bf16" and set_decoder_precision(model, precision) == 0:
@@ -591,6 +588,22 @@ def _warn_batch_size(batch_size, num_data):
             f"each step uses all of them (batch_size={num_data})",
             stacklevel=4,
         )
+
+
+def _place_schedules(model, guide, settings):
+    """
+    Let the model and guide place their schedules in epochs (``check_schedule``)
+    and record them: ``epochs``, the epochs each placed, and ``options``, the
+    hyperparameters that only place them as fractions of ``max_epochs``.  A
+    resumed run may change ``max_epochs`` and those options, not the epochs.
+    """
+    placed = {"epochs": {}, "options": []}
+    for module in (model, guide):
+        check_schedule = getattr(module, "check_schedule", None)
+        if check_schedule is not None:
+            placed["epochs"].update(check_schedule(settings.warmup_epochs, settings.max_epochs) or {})
+            placed["options"] += list(getattr(module, "schedule_options", ()))
+    return placed
 
 
 def _log_kl_terms(model, guide, data, device):

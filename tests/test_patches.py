@@ -126,6 +126,14 @@ def test_whitening_of_pink_noise_is_white():
     pink = np.real(np.fft.ifft2(np.fft.fft2(rng.normal(size=(n, n))) / rho))
     assert _slope(pink) < -1.8
     assert abs(_slope(whiten_image(pink, pad=0), 0.02, 0.2)) < 0.2
+    # The roll-off alone keeps neighbours correlated: Σ S(f) cos(2π f_x) / Σ S(f) with
+    # S = exp(-2 (|f| / f0)^4) on the FFT grid is 0.51 (the value the module docstring states).
+    white = whiten_image(pink, pad=0)
+    neighbours = np.corrcoef(white[:, :-1].ravel(), white[:, 1:].ravel())[0, 1]
+    S = np.exp(-2 * (np.hypot(fx, fy) / 0.4) ** 4) * (np.hypot(fx, fy) > 0)
+    expected = (S * np.cos(2 * np.pi * fx)).sum() / S.sum()
+    assert abs(expected - 0.51) < 0.01
+    assert abs(neighbours - expected) < 0.03
 
 
 # --------------------------------------------------------------------------- split by image

@@ -103,6 +103,10 @@ class _Store:
         self.bytes_read = 0  # values, column indices and row pointers read so far
         self._indptr = None
         self._arrays = {name: group[name] for name in ("data", "indices", "indptr")}
+        shapes = {name: array.shape for name, array in self._arrays.items()}
+        if any(len(shape) != 1 for shape in shapes.values()) or shapes["data"] != shapes["indices"]:
+            raise DataError(f"{self.where} is not a valid CSR matrix: its data, indices and indptr must be 1-D, "
+                            f"data and indices of one length (got {shapes}); is the file damaged?")
         self.nnz = self._arrays["data"].shape[0]
         self.bytes_per_value = self._arrays["data"].dtype.itemsize + self._arrays["indices"].dtype.itemsize
 
@@ -296,15 +300,27 @@ class BackedMatrix(OnDisk):
                 yield rows[self.rows[low:high] - first]
 
     def moments(self, likelihood):
-        """Feature means and variances (float64) from one pass over the file, which checks it for ``likelihood``."""
+        """
+        Feature means and variances (float64) from one pass over the file, which
+        checks it for ``likelihood``.  Each chunk's centred sums are combined as
+        Chan et al. (1979) do, since E[x²] − E[x]² cancels for values far from 0.
+        """
         num_features = self.shape[1]
-        total, squares = np.zeros(num_features), np.zeros(num_features)
+        count, mean, m2 = 0, np.zeros(num_features), np.zeros(num_features)
         for chunk in self._chunks(likelihood):
+            rows = chunk.shape[0]
+            if rows == 0:
+                continue
             values = chunk.data.astype(np.float64)
-            total += np.bincount(chunk.indices, values, minlength=num_features)
-            squares += np.bincount(chunk.indices, values**2, minlength=num_features)
-        mean = total / self.shape[0]
-        return mean, np.maximum(squares / self.shape[0] - mean**2, 0.0)
+            chunk_mean = np.bincount(chunk.indices, values, minlength=num_features) / rows
+            stored = np.bincount(chunk.indices, minlength=num_features)  # the rest are implicit zeros
+            chunk_m2 = (np.bincount(chunk.indices, (values - chunk_mean[chunk.indices]) ** 2, minlength=num_features)
+                        + (rows - stored) * chunk_mean**2)
+            delta, total = chunk_mean - mean, count + rows
+            mean = mean + delta * rows / total
+            m2 = m2 + chunk_m2 + delta**2 * count * rows / total
+            count = total
+        return mean, m2 / max(count, 1)
 
     def column_range(self):
         """Each feature's largest and smallest value (implicit zeros included), from one pass over the file."""

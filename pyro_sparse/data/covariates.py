@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from pyro_sparse.data.validation import DataError
+from pyro_sparse.data.validation import MAX_STANDARDIZED_VALUE, DataError
 
 
 def _column(table, key, name):
@@ -51,15 +51,16 @@ class CovariateSpec:
         for key in keys:
             values = _categories_of(table, key, name)
             try:
-                categories = list(values.cat.categories) if hasattr(values, "cat") else sorted(set(values))
+                # A categorical dtype's unused categories are not categories of the data: their
+                # one-hot weights would never be trained, so a cell of one is refused as unseen.
+                categories = (list(values.cat.remove_unused_categories().cat.categories) if hasattr(values, "cat")
+                              else sorted(set(values)))
             except TypeError:
                 raise DataError(f"{name}[{key!r}] mixes types (e.g. numbers and strings); give it one type") from None
             categorical[key] = [str(category) for category in categories]
         continuous = {}
         for key in continuous_keys:
-            values = np.asarray(_column(table, key, name), dtype=np.float64)
-            if not np.all(np.isfinite(values)):
-                raise DataError(f"{name}[{key!r}] has NaN or infinite values")
+            values = _numbers(table, key, name)
             continuous[key] = (float(values.mean()), float(values.std()) or 1.0)
         return cls(categorical, continuous, batch_key)
 
@@ -83,14 +84,20 @@ class CovariateSpec:
             if unseen:
                 raise DataError(
                     f"{name}[{key!r}] has categories the model was not trained on: {unseen[:5]} "
-                    f"(it knows {categories[:10]})"
+                    f"(it knows {categories[:10]}; categories are compared as text, so 1 and 1.0 differ)"
                 )
             blocks.append(np.eye(len(categories), dtype=np.float32)[[index[v] for v in values]])
         for key, (mean, sd) in self.continuous.items():
-            values = np.asarray(_column(table, key, name), dtype=np.float64)
-            if not np.all(np.isfinite(values)):
-                raise DataError(f"{name}[{key!r}] has NaN or infinite values")
-            blocks.append(((values - mean) / sd).astype(np.float32)[:, None])
+            values = _numbers(table, key, name)
+            standardized = (values - mean) / sd
+            far = np.abs(standardized) > MAX_STANDARDIZED_VALUE
+            if far.any():
+                raise DataError(
+                    f"{name}[{key!r}] has values more than {MAX_STANDARDIZED_VALUE:.0e} training sds from the "
+                    f"training mean (e.g. {values[far][0]:.4g}; training mean {mean:.4g}, sd {sd:.4g}): "
+                    "check the column's units"
+                )
+            blocks.append(standardized.astype(np.float32)[:, None])
         return torch.as_tensor(np.concatenate(blocks, axis=1))
 
     def with_batch(self, covariates, batch):
@@ -106,10 +113,39 @@ class CovariateSpec:
         return covariates
 
     def to_config(self):
-        return {"categorical": self.categorical, "continuous": self.continuous, "batch_key": self.batch_key}
+        """The layout as JSON: ordered lists of [key, ...] pairs, since the column order is the encoding."""
+        return {"categorical": [[key, categories] for key, categories in self.categorical.items()],
+                "continuous": [[key, mean, sd] for key, (mean, sd) in self.continuous.items()],
+                "batch_key": self.batch_key}
 
     @classmethod
     def from_config(cls, config):
-        return None if config is None else cls(config["categorical"], {k: tuple(v) for k, v in
-                                                                       config["continuous"].items()},
-                                               config["batch_key"])
+        if config is None:
+            return None
+        categorical, continuous, batch_key = config["categorical"], config["continuous"], config["batch_key"]
+        if isinstance(categorical, dict):
+            # Written as dicts by earlier versions, whose files sorted the keys: the training order is
+            # recoverable only where it is unambiguous (the batch block first, at most one other key of a kind).
+            others = [key for key in categorical if key != batch_key]
+            if len(others) > 1 or len(continuous) > 1:
+                raise DataError(
+                    "this model file was written by an earlier pyro_sparse that did not keep the order of its "
+                    f"covariates ({others + list(continuous)}), so new data cannot be encoded as in training; "
+                    "refit the model"
+                )
+            keys = ([batch_key] if batch_key is not None else []) + others
+            return cls({key: categorical[key] for key in keys}, {k: tuple(v) for k, v in continuous.items()},
+                       batch_key)
+        return cls({key: list(categories) for key, categories in categorical},
+                   {key: (mean, sd) for key, mean, sd in continuous}, batch_key)
+
+
+def _numbers(table, key, name):
+    """A continuous covariate's values as float64, checked: numbers, all finite."""
+    try:
+        values = np.asarray(_column(table, key, name), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DataError(f"{name}[{key!r}] is a continuous covariate but has values that are not numbers") from None
+    if not np.all(np.isfinite(values)):
+        raise DataError(f"{name}[{key!r}] has NaN or infinite values")
+    return values

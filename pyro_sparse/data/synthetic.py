@@ -14,6 +14,16 @@ class SyntheticData:
     support: np.ndarray
 
 
+def _map_seed(seed):
+    """The seed of a generator whose map it fixes: a non-negative integer (not None, so heldout data can share it)."""
+    if seed is None or isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(
+            f"seed must be a non-negative integer, got {seed!r}: it fixes the generator's map, so data drawn "
+            "with the same seed (training and heldout, of any n) share it"
+        )
+    return int(seed)
+
+
 def synthetic_sparse_dgm(n=1000, rho=0.6, seed=0, noise_variance=0.5):
     r"""
     The synthetic data of Moran et al. (2022), Sec. 2.2 and Eq. 9: two
@@ -65,6 +75,7 @@ def synthetic_sparse_codes(n=1000, active_prob=0.3, rho=0.0, seed=0, noise_varia
         raise ValueError(f"active_prob must be in (0, 1], got {active_prob}")
     if not (np.isfinite(noise_variance) and noise_variance >= 0):
         raise ValueError(f"noise_variance must be finite and >= 0, got {noise_variance}")
+    seed = _map_seed(seed)
     slab = synthetic_sparse_dgm(n, rho, seed, noise_variance=0.0)
     rng = np.random.default_rng([seed, 1])
     active = rng.random(slab.z.shape) < active_prob
@@ -146,7 +157,7 @@ def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_co
     if num_features < num_factors * anchors_per_factor:
         raise ValueError(f"{num_features} features cannot hold {anchors_per_factor} anchors for each of "
                          f"{num_factors} factors")
-    structure = np.random.default_rng([seed, 0])  # the map: the same for every n
+    structure = np.random.default_rng([_map_seed(seed), 0])  # the map: the same for every n
     correlation = random_correlation(num_factors, max_correlation, structure)
     support = _random_support(num_features, num_factors, anchors_per_factor, max_parents, structure)
     links = structure.integers(len(_LINKS), size=support.shape)
@@ -218,7 +229,7 @@ def synthetic_gene_set_counts(n=2000, num_genes=200, num_sets=6, set_size=20, nu
     if not 0 < set_size <= num_genes:
         raise ValueError(f"set_size must be in [1, num_genes={num_genes}], got {set_size}")
     num_factors = num_sets + num_unannotated
-    structure = np.random.default_rng([seed, 0])
+    structure = np.random.default_rng([_map_seed(seed), 0])
     support = np.zeros((num_genes, num_factors), dtype=bool)
     for k in range(num_factors):
         support[structure.choice(num_genes, size=set_size, replace=False), k] = True

@@ -77,6 +77,11 @@ def as_matrix(data, name="data"):
     """
     if isinstance(data, OnDisk):
         return data
+    if torch.is_tensor(data) and data.layout != torch.strided:  # a torch sparse tensor: as scipy's
+        if data.dim() != 2:
+            raise DataError(f"{name} must be a 2-D (data points x features) matrix, got a {data.dim()}-D sparse tensor")
+        coo = data.detach().cpu().to_sparse_coo().coalesce()
+        data = sp.coo_matrix((coo.values().numpy(), tuple(coo.indices().numpy())), shape=tuple(coo.shape))
     if sp.issparse(data):
         original = _canonical_csr(data, name)
         values, shape = original.data, original.shape

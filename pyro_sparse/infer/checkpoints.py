@@ -16,11 +16,14 @@ import copy
 import json
 import math
 import random
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from pyro_sparse.data.covariates import CovariateSpec
+from pyro_sparse.data.validation import DataError
 from pyro_sparse.infer.config import Schedule
 from pyro_sparse.io import serialization
 
@@ -42,6 +45,7 @@ class LoopState:
     best_state: tuple | None = None  # (model, guide) state dicts at best_loss, kept for early stopping
     epochs_without_improvement: int = 0
     rollbacks: int = 0  # divergences recovered from by rolling back
+    recent_losses: list = field(default_factory=list)  # the last step losses after the KL warm-up (spike_factor)
 
 
 @dataclass
@@ -97,6 +101,7 @@ def capture(loop, model, guide, optimizer, scheduler, generator=None):
             "best_loss": loop.best_loss,
             "epochs_without_improvement": loop.epochs_without_improvement,
             "rollbacks": loop.rollbacks,
+            "recent_losses": list(loop.recent_losses),
         },
         # Learning rates, betas, eps, ... per group; JSON keeps Python floats exact.
         "optimizer_groups": optimizer_state["param_groups"],
@@ -137,6 +142,7 @@ def restore(snapshot, model, guide, optimizer, scheduler, generator=None):
     loop = LoopState(**config["loop"])
     # Copied: the same snapshot is restored again if training diverges again.
     loop.history = {name: list(values) for name, values in loop.history.items()}
+    loop.recent_losses = list(loop.recent_losses)
     if "best_model" in states:
         loop.best_state = (states["best_model"], states["best_guide"])
     return loop
@@ -150,7 +156,18 @@ class Checkpointer:
         self.path, self.every, self.run_config = path, every, run_config
 
     def save(self, snapshot):
-        save(self.path, snapshot, self.run_config)
+        """
+        Write ``snapshot``; True if written.  A failed write (a full disk) is a
+        warning, not an error: the run goes on, and the file keeps the last
+        checkpoint written (writes are atomic).
+        """
+        try:
+            save(self.path, snapshot, self.run_config)
+        except OSError as error:
+            warnings.warn(f"the checkpoint was not written ({error}); training goes on, and {str(self.path)!r} "
+                          "keeps the last checkpoint that was", stacklevel=2)
+            return False
+        return True
 
 
 def save(path, snapshot, run_config):
@@ -194,10 +211,27 @@ def _check_same_run(saved, current, path):
             f"{where} was trained on different data of the same shape (feature means or variances differ); "
             "resume with the data the run started on"
         )
-    changed = [(name, saved[name], current[name]) for name in ("latent_dim", "likelihood")
-               if saved[name] != current[name]]
+    for run in (saved, current):
+        run["covariates"] = _covariate_layout(run.get("covariates"))
+        if run.get("registration"):  # the AnnData columns training read (labels are for evaluation only)
+            run["registration"] = {k: v for k, v in run["registration"].items() if k != "labels_key"}
+    changed = [(name, saved[name], current[name]) for name in ("latent_dim", "likelihood", "covariates",
+                                                                "registration", "layer")
+               if saved.get(name) != current.get(name)]
+    # Options that place a schedule as a fraction of max_epochs may change with it, the epochs they place may
+    # not (older files record no schedules).
+    placed, placing = (run.get("schedule", {"options": [], "epochs": {}}) for run in (saved, current))
+    for name in sorted(set(placed["epochs"]) | set(placing["epochs"])):
+        before, now = placed["epochs"].get(name), placing["epochs"].get(name)
+        if None not in (before, now) and before != now:  # one without: an option differs, named below
+            raise CheckpointError(
+                f"{where} was written by a run with {name} = {before:g}; this one's is {now:g} (set by "
+                f"{', '.join(placed['options'])} as a fraction of max_epochs): to change max_epochs, set them so "
+                f"that {name} stays {before:g}"
+            )
     for part in ("hyperparameters", "training"):
-        names = sorted((saved[part].keys() | current[part].keys()) - {"max_epochs", "kl_warmup_epochs"})
+        names = sorted((saved[part].keys() | current[part].keys()) - {"max_epochs", "kl_warmup_epochs",
+                                                                      *placed["options"]})
         # Older files record the user's options only, and fewer training settings.
         names = [name for name in names if name in saved[part]]
         changed += [(name, saved[part].get(name), current[part].get(name)) for name in names
@@ -220,3 +254,11 @@ def _check_same_run(saved, current, path):
             "may have changed since: pass the checkpoint's value)"
         )
 
+
+
+def _covariate_layout(config):
+    """A recorded covariate layout in the current format (earlier files wrote it as dicts)."""
+    try:
+        return None if config is None else json.loads(json.dumps(CovariateSpec.from_config(config).to_config()))
+    except DataError:
+        return config  # an order earlier files lost: compared as written

@@ -13,7 +13,6 @@ and their submodules, priors included) with training schedules define
 ``schedule(epoch, iteration)``, called before every step.
 """
 
-import collections
 import copy
 import math
 import time
@@ -185,7 +184,6 @@ class Trainer:
         self.scheduled = [m for m in (*model.modules(), *guide.modules()) if hasattr(m, "schedule")]
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.watched = [t for t in (*params, *model.buffers(), *guide.buffers()) if t.is_floating_point()]
-        self.recent_losses = collections.deque(maxlen=SPIKE_WINDOW)  # step losses, for spike_factor
         self.scales_checked = False
 
     @property
@@ -281,15 +279,17 @@ class Trainer:
         factor = self.settings.checkpointing.spike_factor
         if factor is None:
             return
+        recent = self.loop.recent_losses  # in the loop state: a resumed or rolled-back run judges as it would have
         if warmup < 1:
-            self.recent_losses.clear()
+            recent.clear()
             return
         loss = self.strategy.mean(loss)  # every rank judges the same loss, so all roll back together
-        if len(self.recent_losses) == SPIKE_WINDOW:
-            median = float(np.median(self.recent_losses))
+        if len(recent) >= SPIKE_WINDOW:
+            median = float(np.median(recent[-SPIKE_WINDOW:]))
             if loss > median + (factor - 1) * abs(median):
                 raise self._diverged(f"loss spike: {loss:.4g} > {factor:g} x the running median {median:.4g}")
-        self.recent_losses.append(loss)
+        recent.append(loss)
+        del recent[:-SPIKE_WINDOW]
 
     def _diverged(self, what):
         where = f"epoch {self.loop.epoch}, step {self.loop.step}"
@@ -368,8 +368,7 @@ class Trainer:
         """Put the run back to the last good epoch (saved, if checkpointing) and return the error to raise."""
         self.loop = checkpoints.restore(self.last_good, *self._live)
         saved = ""
-        if self.checkpoint is not None:
-            self.checkpoint.save(self.last_good)
+        if self.checkpoint is not None and self.checkpoint.save(self.last_good):
             saved = f" and saved in the checkpoint {str(self.checkpoint.path)!r}"
         self._finish()
         return TrainingDivergedError(

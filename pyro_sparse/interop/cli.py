@@ -4,6 +4,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 import warnings
 import zipfile
@@ -198,10 +199,11 @@ def _figures(fitted, X, names, image_shape):
 
 def _checkpointing(args):
     """The model's own Checkpointing (tvsc rolls back divergences) with the command line's files; None without."""
-    if args.checkpoint is None and args.resume is None:
+    if args.checkpoint is None and args.resume is None and args.on_divergence is None:
         return None
     default = training_defaults(args.model).get("checkpointing", Checkpointing())
-    return dataclasses.replace(default, path=args.checkpoint, resume_from=args.resume)
+    chosen = {} if args.on_divergence is None else {"on_divergence": args.on_divergence}
+    return dataclasses.replace(default, path=args.checkpoint, resume_from=args.resume, **chosen)
 
 
 def _fit(args, X, default_likelihood):
@@ -250,7 +252,14 @@ def _train(args):
         import pandas
 
         data = pandas.DataFrame(X, columns=[str(name) for name in names])  # the model keeps the names
-    fitted = _fit(args, data, default_likelihood)
+    try:
+        fitted = _fit(args, data, default_likelihood)
+    except TrainingDivergedError as error:
+        if getattr(error, "fitted", None) is None or not distributed.is_main_process():
+            raise
+        path = os.path.join(args.out, "model_at_divergence.pt")  # not model.pt: the run did not finish
+        error.fitted.save(path)
+        raise TrainingDivergedError(f"{error}; that model is saved in {path}", error.history, error.reason) from None
     if not distributed.is_main_process():
         return  # every rank ends with the same model; rank 0 reports and writes it
     fitted.save(os.path.join(args.out, "model.pt"))
@@ -341,6 +350,9 @@ def build_parser():
                      help="for an .h5ad file: an adata.obs column of batches, a covariate rather than a factor")
     fit.add_argument("--checkpoint", default=None, help="save the training state to this file every epoch")
     fit.add_argument("--resume", default=None, help="go on from a checkpoint file written by --checkpoint")
+    fit.add_argument("--on-divergence", default=None, choices=("raise", "rollback"),
+                     help="on a NaN or spiking loss: stop (saving the last good epoch's model), or roll back to it "
+                          "with halved learning rates and go on (default: the model's; tvsc rolls back)")
     fit.add_argument("--n", type=int, default=1000, help="data points for --data synthetic")
     fit.add_argument("--rho", type=float, default=0.6, help="factor correlation for --data synthetic")
     fit.add_argument("--out", default="pyro-sparse-output")
@@ -359,9 +371,22 @@ def main(argv=None):
     except (
         DataError, DatasetNotInstalledError, ValueError, TypeError, TrainingDivergedError, DecoderMemoryError, OSError
     ) as error:
-        print(f"pyro-sparse: error: {error}", file=sys.stderr)
+        print(f"pyro-sparse: error: {_in_cli_words(str(error))}", file=sys.stderr)
         return 2
     return 0
+
+
+# train()'s advice in errors, as the command line's options.
+_CLI_WORDS = [
+    (re.compile(r"checkpointing=Checkpointing\(on_divergence='rollback'\)"), "--on-divergence rollback"),
+    (re.compile(r"schedule=Schedule\(kl_warmup_epochs=([^)]*)\)"), r"--kl-warmup-epochs \1"),
+]
+
+
+def _in_cli_words(message):
+    for pattern, words in _CLI_WORDS:
+        message = pattern.sub(words, message)
+    return message
 
 
 if __name__ == "__main__":

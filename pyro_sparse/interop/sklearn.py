@@ -39,19 +39,31 @@ Conventions, as scikit-learn's:
 * ``score(X)`` is the mean importance-weighted log-likelihood per data point
   (higher is better), so model selection maximises it.
 
+How many factors: :func:`choose_latent_dim` fits an estimator with ``n_init``
+seeds at each candidate ``latent_dim`` and keeps the largest one whose fits
+agree (seed stability, as consensus NMF chooses its rank), since a likelihood
+keeps improving with spare factors that differ from seed to seed::
+
+    choice = choose_latent_dim(SparseVAE(n_init=3, random_state=0), X, candidates=range(4, 11))
+    choice.latent_dim, choice.table      # the chosen K; per K its stability, active factors, loss
+    choice.estimator.transform(X)        # the kept fit at the chosen K
+
 Non-negative matrix factorisation is scikit-learn's own
 :class:`sklearn.decomposition.NMF`; ``train("nmf", ...)`` gives it the
 likelihood-based evaluation of the other models.
 """
 
 import inspect
+from typing import NamedTuple
 
 import numpy as np
 import torch
+from joblib import Parallel, delayed
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
     TransformerMixin,
+    clone,
 )
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -468,3 +480,73 @@ class OIVAE(SVIEstimator):
         self.device = device
         self.progress = progress
         self.model_options = model_options
+
+
+class LatentDimChoice(NamedTuple):
+    """
+    What :func:`choose_latent_dim` found.  ``latent_dim``: the chosen K;
+    ``estimator``: the fitted estimator at that K (the kept fit of its
+    ``n_init``); ``estimators``: the fitted estimator at every candidate;
+    ``table``: one dict per candidate, in the order given, with its
+    ``latent_dim``, ``code_stability`` and ``support_jaccard`` (the
+    :class:`~pyro_sparse.evaluation.FactorStability` of its ``n_init`` fits),
+    ``active_factors`` (of the kept fit) and ``loss`` (the kept fit's training
+    loss, -ELBO per point).
+    """
+
+    latent_dim: int
+    estimator: SVIEstimator
+    estimators: dict
+    table: list
+
+
+def choose_latent_dim(estimator, X, candidates, *, min_stability=0.9, n_jobs=None):
+    """
+    Choose the number of factors by seed stability.  ``estimator`` (unfitted,
+    with ``n_init`` ≥ 2) is cloned and fitted on ``X`` at each ``latent_dim``
+    in ``candidates``; the choice is the largest candidate whose ``n_init``
+    fits agree with a matched code ``|corr|`` of at least ``min_stability``
+    (:func:`~pyro_sparse.evaluation.factor_stability`), or, where none does,
+    the most stable one (ties to the larger).  Spare factors beyond those the
+    data support are fitted differently from seed to seed, so stability falls
+    past the data's number of factors while the training loss keeps falling:
+    the loss alone would choose the largest K.  ``n_jobs``: candidates fitted
+    in parallel (joblib; ``None`` one at a time).  Returns a :class:`LatentDimChoice`.
+    """
+    if not isinstance(estimator, SVIEstimator):
+        raise TypeError(f"estimator must be one of pyro_sparse's estimators, got {type(estimator).__name__}")
+    n_init = estimator.get_params()["n_init"]
+    if not (isinstance(n_init, (int, np.integer)) and n_init >= 2):
+        raise ValueError(
+            f"choose_latent_dim compares each candidate's n_init fits: the estimator needs n_init >= 2 "
+            f"(3 or more advised), got {n_init!r}"
+        )
+    candidates = list(candidates)
+    if not candidates or not all(
+        isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 1 for k in candidates
+    ):
+        raise ValueError(f"candidates must be positive integers (latent_dim values), got {candidates!r}")
+    if len(set(candidates)) != len(candidates):
+        raise ValueError(f"candidates repeat a latent_dim: {candidates!r}")
+    if not 0 < min_stability <= 1:
+        raise ValueError(f"min_stability is a matched |corr| in (0, 1], got {min_stability!r}")
+    fitted = Parallel(n_jobs=n_jobs)(
+        delayed(_fitted_clone)(estimator, int(k), X) for k in candidates
+    )
+    table = [
+        {"latent_dim": int(k), "code_stability": e.factor_stability_.code_correlation,
+         "support_jaccard": e.factor_stability_.support_jaccard,
+         "active_factors": len(e.active_factors_), "loss": float(_kept_loss(e.fitted_))}
+        for k, e in zip(candidates, fitted)
+    ]
+    stable = [row for row in table if row["code_stability"] >= min_stability]
+    if stable:
+        chosen = max(stable, key=lambda row: row["latent_dim"])
+    else:
+        chosen = max(table, key=lambda row: (row["code_stability"], row["latent_dim"]))
+    estimators = {int(k): e for k, e in zip(candidates, fitted)}
+    return LatentDimChoice(chosen["latent_dim"], estimators[chosen["latent_dim"]], estimators, table)
+
+
+def _fitted_clone(estimator, latent_dim, X):
+    return clone(estimator).set_params(latent_dim=latent_dim).fit(X)

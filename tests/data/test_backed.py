@@ -131,6 +131,17 @@ def test_summary_statistics_match_in_memory(on_disk, X, validation_fraction):
     np.testing.assert_allclose(disk.summary.feature_variances, memory.summary.feature_variances, rtol=1e-5)
 
 
+def test_feature_variances_of_values_far_from_zero(tmp_path):
+    # sd 1 around 3e7: one-pass E[x²] − E[x]² cancels to 0 in float64; the chunks' centred sums do not.
+    values = (3e7 + np.random.default_rng(1).normal(size=(NUM_CELLS, 3))).astype(np.float32)
+    adata = anndata.read_h5ad(write(tmp_path / "offset.h5ad", sp.csr_matrix(values)), backed="r")
+    disk = anndata_io.training_dataset(adata, "gaussian").summary
+    adata.file.close()
+    exact = values.astype(np.float64)
+    np.testing.assert_allclose(disk.feature_means, exact.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(disk.feature_variances, exact.var(0), rtol=1e-6)
+
+
 def test_same_fit_as_in_memory_with_the_same_minibatch_order(on_disk, X, monkeypatch):
     # Minibatches in memory are drawn by a uniform permutation, on disk in shuffled blocks: with the
     # block order in memory too, the fits agree up to the summary statistics (float64 on disk, float32
@@ -279,6 +290,19 @@ def test_matrices_on_disk_that_cannot_be_read_by_rows(tmp_path, X):
     with pytest.raises(DataError, match=r"adata.X is stored dense on disk.*to_memory\(\)"):
         pyro_sparse.train("ssl_dgm", dense, **QUICK)
     dense.file.close()
+
+
+def test_a_file_whose_csr_arrays_are_not_1d_fails_clearly(path):
+    import h5py
+
+    with h5py.File(path, "r+") as file:
+        data = file["X/data"][:]
+        del file["X/data"]
+        file["X/data"] = data.reshape(-1, 1)
+    adata = anndata.read_h5ad(path, backed="r")
+    with pytest.raises(DataError, match=r"adata.X of .* is not a valid CSR matrix: its data, indices and indptr must"):
+        pyro_sparse.train("ssl_dgm", adata, **QUICK)
+    adata.file.close()
 
 
 def test_a_closed_file_and_nmf_fail_clearly(path):

@@ -64,3 +64,45 @@ def test_missing_categories_are_named(obs, values):
     spec = CovariateSpec.fit(obs, batch_key="batch")
     with pytest.raises(DataError, match="1 missing values"):
         spec.encode(obs.assign(batch=pandas.Categorical(["a", None, "b", "a"])))
+
+
+def test_the_saved_layout_keeps_the_training_order_through_a_json_file(obs, tmp_path):
+    # Model files write their config with sorted keys: the layout must not depend on dict order.
+    import json
+
+    table = obs.rename(columns={"batch": "zbatch", "donor": "adonor", "percent_mito": "z_mito"}).assign(
+        a_age=[30.0, 40.0, 50.0, 60.0])
+    spec = CovariateSpec.fit(table, batch_key="zbatch", categorical_keys=["adonor"], continuous_keys=["z_mito", "a_age"])
+    restored = CovariateSpec.from_config(json.loads(json.dumps(spec.to_config(), sort_keys=True)))
+    assert list(restored.categorical) == ["zbatch", "adonor"] and list(restored.continuous) == ["z_mito", "a_age"]
+    torch.testing.assert_close(restored.encode(table), spec.encode(table))
+    torch.testing.assert_close(restored.with_batch(restored.encode(table), "a"), spec.with_batch(spec.encode(table), "a"))
+
+
+def test_layouts_saved_as_dicts_by_earlier_versions(obs):
+    spec = CovariateSpec.fit(obs, batch_key="batch", categorical_keys=["donor"], continuous_keys=["percent_mito"])
+    # Earlier files: dicts with sorted keys; one key besides the batch (batch first) is unambiguous.
+    old = {"categorical": dict(sorted(spec.categorical.items(), reverse=True)),
+           "continuous": dict(spec.continuous), "batch_key": "batch"}
+    torch.testing.assert_close(CovariateSpec.from_config(old).encode(obs), spec.encode(obs))
+    ambiguous = {**old, "continuous": {"percent_mito": [0.0, 1.0], "age": [0.0, 1.0]}}
+    with pytest.raises(DataError, match="did not keep the order of its covariates"):
+        CovariateSpec.from_config(ambiguous)
+
+
+def test_unused_categories_of_a_categorical_dtype_are_not_trained_categories(obs):
+    table = obs.assign(batch=pandas.Categorical(["b", "a", "b", "a"], categories=["a", "b", "c"]))
+    spec = CovariateSpec.fit(table, batch_key="batch")
+    assert spec.categorical["batch"] == ["a", "b"] and spec.num_batches == 2
+    with pytest.raises(DataError, match=r"not trained on: \['c'\]"):
+        spec.encode(obs)
+
+
+def test_continuous_covariates_out_of_range_or_not_numbers_are_named(obs):
+    spec = CovariateSpec.fit(obs, continuous_keys=["percent_mito"])
+    with pytest.raises(DataError, match=r"adata.obs\['percent_mito'\] has values more than 1e\+12 training sds"):
+        spec.encode(obs.assign(percent_mito=[0.1, 1e40, 0.2, 0.3]))
+    with pytest.raises(DataError, match=r"\['percent_mito'\] is a continuous covariate but has values that are not"):
+        spec.encode(obs.assign(percent_mito=["x", "0.1", "0.2", "0.3"]))
+    with pytest.raises(DataError, match="not numbers"):
+        CovariateSpec.fit(obs.assign(percent_mito=["x", "0.1", "0.2", "0.3"]), continuous_keys=["percent_mito"])

@@ -93,3 +93,14 @@ def test_nullable_dataframe_columns_are_read_as_numbers():
     np.testing.assert_array_equal(as_matrix(frame).numpy(), [[1, 0.5], [2, 1.5], [3, 2.5]])
     with pytest.raises(DataError, match="NaN"):
         as_matrix(frame.astype({"a": "Int64"}).assign(a=[1, None, 3]))
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_torch_sparse_tensors_are_read_as_scipy_sparse(layout):
+    dense = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
+    tensor = dense.to_sparse() if layout == "coo" else dense.to_sparse_csr()
+    matrix = as_matrix(tensor)
+    assert sp.issparse(matrix)
+    np.testing.assert_array_equal(matrix.toarray(), dense.numpy())
+    with pytest.raises(DataError, match="2-D"):
+        as_matrix(torch.zeros(2, 2, 2).to_sparse())

@@ -227,6 +227,18 @@ def test_reuters_rejects_impossible_filters():
         rd.load_reuters(num_words=5000)
 
 
+@pytest.mark.parametrize("loader, options, message", [
+    (rd.load_movielens, {"positive_rating": 6}, "positive_rating"),  # would give no positives at all
+    (rd.load_movielens, {"num_movies": 2.5}, "num_movies must be an integer"),
+    (rd.load_movielens, {"min_ratings": -1}, "min_ratings must be an integer >= 0"),
+    (rd.load_reuters, {"num_words": 0}, "num_words must be an integer >= 1"),  # gave a (0, 0) matrix
+    (rd.load_zeisel, {"num_genes": 10.5}, "num_genes must be an integer"),
+])
+def test_loaders_check_their_arguments_before_reading(loader, options, message):
+    with pytest.raises(ValueError, match=message):
+        loader(**options)
+
+
 # --------------------------------------------------------------------------- CLI
 
 

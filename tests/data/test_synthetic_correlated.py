@@ -60,3 +60,12 @@ def test_features_depend_on_their_parents_only():
         for k in range(4):
             if not data.support[j, k]:
                 assert abs(np.corrcoef(data.X[:, j], data.z[:, k])[0, 1]) < 0.07
+
+
+@pytest.mark.parametrize("seed", [None, -1, 1.5, True])
+def test_the_generators_that_fix_a_map_by_seed_name_a_bad_seed(seed):
+    from pyro_sparse.data.synthetic import synthetic_gene_set_counts, synthetic_sparse_codes
+
+    for generator in (synthetic_correlated_factors, synthetic_gene_set_counts, synthetic_sparse_codes):
+        with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+            generator(n=10, seed=seed)

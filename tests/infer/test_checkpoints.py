@@ -199,14 +199,17 @@ def test_crash_while_writing_keeps_the_previous_checkpoint(X, tmp_path, monkeypa
 
     with monkeypatch.context() as patch:
         patch.setattr(torch, "save", write_half_then_fail)
-        with pytest.raises(OSError, match="No space left"):
-            pyro_sparse.train("ssl_dgm", X, max_epochs=3, checkpointing=Checkpointing(path=path, resume_from=path),
-                              **TINY)
+        # A checkpoint that cannot be written costs the checkpoint, not the run.
+        with pytest.warns(UserWarning, match=r"checkpoint was not written \(No space left on device\); training goes"):
+            finished = pyro_sparse.train("ssl_dgm", X, max_epochs=3,
+                                         checkpointing=Checkpointing(path=path, resume_from=path), **TINY)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["run.ckpt"]
     # The old checkpoint still resumes, and extending a run to 3 epochs equals running 3.
     resumed = pyro_sparse.train("ssl_dgm", X, max_epochs=3, checkpointing=Checkpointing(resume_from=path), **TINY)
-    assert_same_state(resumed, pyro_sparse.train("ssl_dgm", X, max_epochs=3, **TINY))
+    uninterrupted = pyro_sparse.train("ssl_dgm", X, max_epochs=3, **TINY)
+    assert_same_state(resumed, uninterrupted)
+    assert_same_state(finished, uninterrupted)
 
 
 def test_a_checkpoint_of_another_run_is_refused(X, tmp_path):
@@ -292,6 +295,43 @@ def test_extending_a_run_keeps_its_kl_warmup(X, tmp_path):
     extended = pyro_sparse.train("ssl_dgm", X, max_epochs=8, checkpointing=Checkpointing(resume_from=path),
                                  **{**TINY, "schedule": Schedule(kl_warmup_epochs=1)})
     assert len(extended.history_["train_loss"]) == 8
+
+
+def test_extending_a_run_keeps_the_epoch_its_feature_subsampling_ends(tmp_path):
+    # feature_subsample_end_fraction places the end at a fraction of max_epochs: extending 2 epochs to 4 with
+    # the same fraction would move it (1 -> 2), so it is refused; a fraction that keeps it gives the run that
+    # was never interrupted.
+    counts = np.random.default_rng(0).poisson(3.0, size=(40, 6)).astype(np.float32)
+    options = dict(likelihood="negative_binomial", latent_dim=2, batch_size=10, hidden_dims=(8,), progress=False,
+                   schedule=Schedule(kl_warmup_epochs=0), feature_subsample_size=3, feature_subsample_start_epoch=0)
+    uninterrupted = pyro_sparse.train("ssl_dgm", counts, max_epochs=4, feature_subsample_end_fraction=0.75, **options)
+    path = tmp_path / "run.ckpt"
+    pyro_sparse.train("ssl_dgm", counts, max_epochs=2, feature_subsample_end_fraction=0.5,
+                      checkpointing=Checkpointing(path=path), **options)
+    with pytest.raises(CheckpointError, match=r"feature_subsample_end_epoch = 1; this one's is 2 .*stays 1"):
+        pyro_sparse.train("ssl_dgm", counts, max_epochs=4, feature_subsample_end_fraction=0.5,
+                          checkpointing=Checkpointing(resume_from=path), **options)
+    extended = pyro_sparse.train("ssl_dgm", counts, max_epochs=4, feature_subsample_end_fraction=0.75,
+                                 checkpointing=Checkpointing(resume_from=path), **options)
+    assert_same_state(extended, uninterrupted)
+
+
+def test_a_checkpoint_of_a_run_with_other_covariates_is_refused(X, tmp_path):
+    anndata = pytest.importorskip("anndata")
+    pandas = pytest.importorskip("pandas")
+    obs = pandas.DataFrame({"lab": ["a", "b"] * 100, "donor": ["x"] * 50 + ["y"] * 150},
+                           index=[str(i) for i in range(200)])
+    cells, path = anndata.AnnData(X, obs=obs), tmp_path / "run.ckpt"
+    pyro_sparse.train("vae", cells, batch_key="lab", max_epochs=2, checkpointing=Checkpointing(path=path), **TINY)
+    with pytest.raises(CheckpointError, match=r"different settings \(covariates: .*'lab'.* in the checkpoint, "
+                                              r".*'donor'.* now; registration"):
+        pyro_sparse.train("vae", cells, batch_key="donor", max_epochs=4, checkpointing=Checkpointing(resume_from=path),
+                          **TINY)
+    from pyro_sparse.io.anndata import setup_anndata
+
+    setup_anndata(cells, batch_key="lab", labels_key="donor")  # labels are not training: a run may add them
+    resumed = pyro_sparse.train("vae", cells, max_epochs=4, checkpointing=Checkpointing(resume_from=path), **TINY)
+    assert len(resumed.history_["train_loss"]) == 4
 
 
 @pytest.mark.parametrize(

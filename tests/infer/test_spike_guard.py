@@ -116,3 +116,22 @@ def test_tvsc_trains_with_the_guard_by_default():
     defaults = pyro_sparse.MODELS["tvsc"].training_defaults
     assert defaults["checkpointing"].on_divergence == "rollback" and defaults["checkpointing"].spike_factor == 10
     assert defaults["lr"] == 1e-3 and defaults["optimization"].global_lr == 0.1
+
+
+def test_a_resumed_run_judges_spikes_by_the_window_of_the_run(X, monkeypatch, tmp_path):
+    # The window of recent losses is part of the checkpoint: 6 steps after resuming, the window of 8 is full
+    # (it was before the interruption), so a spike there is rolled back as in the uninterrupted run.
+    guard = dict(on_divergence="rollback", spike_factor=10)
+    spike_at(monkeypatch, {26})
+    with pytest.warns(UserWarning, match="step 26: loss spike"):
+        uninterrupted = pyro_sparse.train("vae", X, schedule=NO_WARMUP, checkpointing=Checkpointing(**guard), **TINY)
+    path = tmp_path / "run.ckpt"
+    pyro_sparse.train("vae", X, schedule=NO_WARMUP, checkpointing=Checkpointing(path=path, **guard),
+                      **{**TINY, "max_epochs": 5})
+    spike_at(monkeypatch, {26})
+    with pytest.warns(UserWarning, match="step 26: loss spike"):
+        resumed = pyro_sparse.train("vae", X, schedule=NO_WARMUP,
+                                    checkpointing=Checkpointing(resume_from=path, **guard), **TINY)
+    assert resumed.history_ == uninterrupted.history_ and len(resumed.history_["rollbacks"]) == 1
+    for name, value in uninterrupted.guide.state_dict().items():
+        torch.testing.assert_close(resumed.guide.state_dict()[name], value, rtol=0, atol=0)

@@ -127,7 +127,7 @@ def test_priors_options_and_checkpoints_from_the_command_line(tmp_path, capsys):
     # the length it had (a quarter of the first run's 2 epochs).
     capsys.readouterr()
     assert main([*args, *prior, "--epochs", "3", "--resume", str(tmp_path / "run.ckpt")]) == 2
-    assert "kl_warmup_epochs=0.5" in capsys.readouterr().err
+    assert "--kl-warmup-epochs 0.5" in capsys.readouterr().err  # train's advice in the command line's words
     assert main([*args, *prior, "--epochs", "3", "--kl-warmup-epochs", "0.5", "--resume",
                  str(tmp_path / "run.ckpt")]) == 0
     assert json.loads((out / "summary.json").read_text())["config"]["training"]["max_epochs"] == 3
@@ -138,3 +138,28 @@ def test_priors_options_and_checkpoints_from_the_command_line(tmp_path, capsys):
     # alpha belongs to the spike-and-slab prior, not to the default Gaussian one.
     assert main([*args, "--option", "alpha=0.3"]) == 2
     assert "no option(s) ['alpha']" in capsys.readouterr().err
+
+
+def test_a_diverged_run_keeps_its_last_good_model(tmp_path, capsys, monkeypatch):
+    from pyro_sparse.infer import loop
+
+    original = loop.Trainer._check_finite
+
+    def nan_in_the_third_epoch(self, tensors, what):
+        if self.loop.epoch == 2:
+            raise self._diverged(f"{what} became NaN/inf")
+        return original(self, tensors, what)
+
+    monkeypatch.setattr(loop.Trainer, "_check_finite", nan_in_the_third_epoch)
+    out = tmp_path / "run"
+    args = ["train", "--model", "vae", "--n", "60", "--batch-size", "20", "--out", str(out), *QUICK, "--epochs", "4"]
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert "or pass --on-divergence rollback" in error and f"saved in {out / 'model_at_divergence.pt'}" in error
+    import pyro_sparse
+
+    assert len(pyro_sparse.load(out / "model_at_divergence.pt").history_["train_loss"]) == 2
+    assert not (out / "model.pt").exists()
+    from pyro_sparse.interop.cli import _checkpointing, build_parser
+
+    assert _checkpointing(build_parser().parse_args([*args, "--on-divergence", "rollback"])).on_divergence == "rollback"

@@ -286,3 +286,65 @@ def test_exported_from_the_package():
     for cls in ESTIMATORS:
         assert getattr(pyro_sparse, cls.__name__) is cls
         assert issubclass(cls, SVIEstimator)
+
+
+# ------------------------------------------------------ choosing K by stability ---
+def _stub_fits(monkeypatch, stabilities):
+    """choose_latent_dim's fits replaced by stubs with the given code stability per K (no training)."""
+    from types import SimpleNamespace
+
+    from pyro_sparse.evaluation import FactorStability
+    from pyro_sparse.interop import sklearn as module
+
+    def fitted_clone(estimator, latent_dim, X):
+        history = {"train_loss": [10.0 - latent_dim]}
+        return SimpleNamespace(
+            latent_dim=latent_dim, factor_stability_=FactorStability(stabilities[latent_dim], 0.5, []),
+            active_factors_=np.arange(latent_dim - 1),
+            fitted_=SimpleNamespace(history_=history, config={"training": {"early_stopping": None}}),
+        )
+
+    monkeypatch.setattr(module, "_fitted_clone", fitted_clone)
+
+
+@pytest.mark.parametrize("stabilities, chosen", [
+    ({3: 0.97, 4: 0.93, 5: 0.80, 6: 0.91}, 6),  # the largest K at or above min_stability, not the most stable
+    ({3: 0.97, 4: 0.93, 5: 0.80, 6: 0.85}, 4),
+    ({3: 0.70, 4: 0.85, 5: 0.85, 6: 0.60}, 5),  # none stable: the most stable, ties to the larger K
+])
+def test_choose_latent_dim_keeps_the_largest_stable_k(monkeypatch, stabilities, chosen):
+    _stub_fits(monkeypatch, stabilities)
+    choice = pyro_sparse.choose_latent_dim(SparseVAE(n_init=2), np.zeros((4, 3)), [3, 4, 5, 6])
+    assert choice.latent_dim == chosen
+    assert choice.estimator is choice.estimators[chosen] and choice.estimator.latent_dim == chosen
+    assert [row["latent_dim"] for row in choice.table] == [3, 4, 5, 6]
+    assert [row["code_stability"] for row in choice.table] == [stabilities[k] for k in (3, 4, 5, 6)]
+    assert [row["active_factors"] for row in choice.table] == [2, 3, 4, 5]
+    assert [row["loss"] for row in choice.table] == [7.0, 6.0, 5.0, 4.0]
+
+
+def test_choose_latent_dim_fits_each_candidate_as_the_estimator_would(data):
+    estimator = quick(SparseVAE, n_init=2, random_state=5)
+    choice = pyro_sparse.choose_latent_dim(estimator, data.X, [3, 2])
+    assert sorted(choice.estimators) == [2, 3] and not hasattr(estimator, "fitted_")  # the estimator is cloned
+    for row in choice.table:
+        fitted = choice.estimators[row["latent_dim"]]
+        direct = quick(SparseVAE, n_init=2, random_state=5, latent_dim=row["latent_dim"]).fit(data.X)
+        np.testing.assert_array_equal(fitted.transform(data.X), direct.transform(data.X))
+        assert row["code_stability"] == direct.factor_stability_.code_correlation
+        assert row["active_factors"] == len(direct.active_factors_)
+
+
+@pytest.mark.parametrize("estimator, candidates, options, message", [
+    (SparseVAE(n_init=1), [2, 3], {}, "n_init >= 2"),
+    (SparseVAE(n_init=2), [], {}, "positive integers"),
+    (SparseVAE(n_init=2), [2, 0], {}, "positive integers"),
+    (SparseVAE(n_init=2), [2, 2.5], {}, "positive integers"),
+    (SparseVAE(n_init=2), [3, 3], {}, "repeat"),
+    (SparseVAE(n_init=2), [2, 3], {"min_stability": 0.0}, "min_stability"),
+    (SparseVAE(n_init=2), [2, 3], {"min_stability": float("nan")}, "min_stability"),
+    (GridSearchCV(SparseVAE(), {}), [2, 3], {}, "pyro_sparse's estimators"),
+])
+def test_choose_latent_dim_rejects_bad_options(estimator, candidates, options, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        pyro_sparse.choose_latent_dim(estimator, np.zeros((4, 3)), candidates, **options)

@@ -39,7 +39,7 @@ def adata():
 def test_one_call_with_a_batch_key(adata):
     fitted = pyro_sparse.train("ssl_dgm", adata, likelihood="negative_binomial", layer="counts", batch_key="batch",
                                **QUICK)
-    assert fitted.config["covariates"]["categorical"] == {"batch": ["b0", "b1"]}
+    assert fitted.config["covariates"]["categorical"] == [["batch", ["b0", "b1"]]]
     codes = fitted.transform(adata)  # reads the same layer and covariates
     assert codes.shape == (200, 3) and np.isfinite(codes).all()
     normalized = fitted.get_normalized_expression(adata[:10], batch="b1", library_size=1e4)
@@ -109,7 +109,7 @@ def test_registration_survives_an_h5ad_file(adata, tmp_path):
     data.write_h5ad(tmp_path / "cells.h5ad")
     read = anndata.read_h5ad(tmp_path / "cells.h5ad")
     fitted = pyro_sparse.train("vae", read, likelihood="poisson", **QUICK)
-    assert fitted.config["covariates"]["categorical"] == {"batch": ["b0", "b1"]}
+    assert fitted.config["covariates"]["categorical"] == [["batch", ["b0", "b1"]]]
     assert fitted.config["registration"]["continuous_covariate_keys"] == []
 
 
