@@ -54,6 +54,8 @@ def gradient_snr(gradients, ddof=1):
 
 def _gradient_draws(gradients, ddof):
     """Validated gradient draws as a float (S, P) array."""
+    if isinstance(ddof, bool) or not isinstance(ddof, (int, np.integer)) or ddof < 0:
+        raise ValueError(f"ddof must be a non-negative integer, got {ddof!r}")
     gradients = np.asarray(gradients, dtype=float)
     if gradients.ndim < 2:
         raise ValueError(
@@ -72,6 +74,10 @@ def _gradient_draws(gradients, ddof):
 
 
 def _check_collapse_args(eps, delta):
+    if not isinstance(eps, (int, float, np.integer, np.floating)) or isinstance(eps, bool):
+        raise ValueError(f"eps must be a number (a KL threshold in nats), got {eps!r}")
+    if not isinstance(delta, (int, float, np.integer, np.floating)) or isinstance(delta, bool):
+        raise ValueError(f"delta must be a number in [0, 1], got {delta!r}")
     if not np.isfinite(eps) or eps < 0:
         raise ValueError(f"eps must be a finite non-negative threshold, got {eps}")
     if not 0 <= delta <= 1:

@@ -22,6 +22,8 @@ from pyro_sparse.infer.importance import exact_guide_trace, log_importance_weigh
 ARVIZ_DATATREE = int(az.__version__.split(".")[0]) >= 1
 
 STATISTICS = ("mean", "variance", "zero_fraction")
+# PSIS fits a generalised Pareto to the min(S / 5, 3 √S) largest of S ratios, which must be more than 4.
+MIN_PSIS_DRAWS = 25
 
 
 def _check_num_samples(num_samples):
@@ -250,6 +252,7 @@ def predictive_checks(data, statistics=STATISTICS):
     :returns: ``xarray.Dataset`` with ``observed``, ``replicated_mean``,
         ``replicated_sd`` and ``p_value``, dims ``(statistic, feature)``.
     """
+    statistics = (statistics,) if isinstance(statistics, str) else tuple(statistics)
     unknown = sorted(set(statistics) - set(STATISTICS))
     if unknown:
         raise ValueError(f"unknown statistics {unknown}; choose from {STATISTICS}")
@@ -304,6 +307,10 @@ def pareto_khat(fitted, X, num_samples=500, batch_size=256):
     :returns: numpy array of shape (N,).
     """
     _check_num_samples(num_samples)
+    if num_samples < MIN_PSIS_DRAWS:
+        raise ValueError(f"num_samples={num_samples} draws are too few for PSIS: the Pareto fit takes the largest "
+                         f"min(S / 5, 3 √S) ratios, and needs more than 4 (use at least {MIN_PSIS_DRAWS}; "
+                         "the default 500)")
     log_weights = np.concatenate(
         [
             torch.stack([log_importance_weights(fitted.model, fitted.guide, batch.x, **batch.kwargs)
@@ -314,6 +321,8 @@ def pareto_khat(fitted, X, num_samples=500, batch_size=256):
             for batch in fitted._batches(X, batch_size)
         ]
     )
+    if not np.all(np.isfinite(log_weights) | (log_weights == -np.inf)):
+        raise ValueError("the log importance ratios contain NaN or +inf: the model gives the data an invalid density")
     return _psis_khat(log_weights)
 
 

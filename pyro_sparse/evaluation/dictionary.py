@@ -30,6 +30,8 @@ def _matrix(value, name):
     array = np.asarray(value.detach().cpu() if torch.is_tensor(value) else value, dtype=np.float64)
     if array.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array, got shape {array.shape}")
+    if array.size == 0:
+        raise ValueError(f"{name} is empty: shape {array.shape}")
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} has non-finite values (NaN or inf)")
     return array
@@ -84,6 +86,9 @@ def dictionary_grid(dictionary, patch_shape=None, order="norm"):
         if side * side != G:
             raise ValueError(f"atoms of {G} pixels are not square patches: pass patch_shape=(height, width)")
         patch_shape = (side, side)
+    if not (isinstance(patch_shape, (tuple, list)) and len(patch_shape) == 2 and all(
+            isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 for n in patch_shape)):
+        raise ValueError(f"patch_shape must be two positive integers (height, width), got {patch_shape!r}")
     height, width = patch_shape
     if height * width != G:
         raise ValueError(f"patch_shape {tuple(patch_shape)} has {height * width} pixels, the atoms have {G}")

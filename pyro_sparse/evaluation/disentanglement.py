@@ -311,9 +311,9 @@ def multi_information(codes, k=3, max_samples=_MI_MAX_ROWS, random_state=0):
     float, nats. 0.0 when K == 1.
     """
     codes = _as_codes(codes, "codes")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
     k = int(k)
-    if k < 1:
-        raise ValueError(f"k must be a positive integer, got {k}")
     rng = check_random_state(random_state)
     codes = _subsample_rows(codes, max_samples, k, rng)
     if codes.shape[0] <= k:

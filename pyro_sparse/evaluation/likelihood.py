@@ -46,4 +46,6 @@ def mse(x, x_hat):
         raise ValueError(f"x and x_hat must have the same shape, got {x.shape} and {x_hat.shape}")
     if x.size == 0:
         raise ValueError("x is empty")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(x_hat))):
+        raise ValueError("x or x_hat contains NaN or infinite values")
     return float(np.mean((x - x_hat) ** 2))

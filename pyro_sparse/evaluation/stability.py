@@ -74,9 +74,26 @@ def code_stability(codes, supports=None):
     if len(codes) < 2:
         raise ValueError(f"factor stability compares fits: give at least 2, got {len(codes)}")
     codes = [np.asarray(c, dtype=float) for c in codes]
+    if any(c.ndim != 2 for c in codes):
+        raise ValueError(f"each fit's codes must be a 2-D (points x factors) array, got shapes {[c.shape for c in codes]}")
     if len({c.shape[0] for c in codes}) != 1:
         raise ValueError("the codes must be of the same data points (equal numbers of rows)")
-    supports = None if supports is None else [np.asarray(s, dtype=bool) for s in supports]
+    if not all(np.all(np.isfinite(c)) for c in codes):
+        raise ValueError("the codes contain NaN or infinite values (a diverged fit?)")
+    if supports is not None:
+        supports = [np.asarray(s) for s in supports]
+        if len(supports) != len(codes):
+            raise ValueError(f"give one support per fit: {len(codes)} fits, {len(supports)} supports")
+        if any(s.dtype.kind in "fc" and not np.all(np.isfinite(s)) for s in supports):
+            raise ValueError("the supports contain NaN or infinite values")
+        if any(s.ndim != 2 or s.shape[1] != c.shape[1] for s, c in zip(supports, codes)) or len(
+                {s.shape[0] for s in supports}) != 1:
+            raise ValueError(
+                "each support must be a (features x factors) array with its fit's number of factors and all the "
+                f"same number of features; got supports {[s.shape for s in supports]} for codes "
+                f"{[c.shape for c in codes]}"
+            )
+        supports = [s.astype(bool) for s in supports]
     active = [active_factors(c, None if supports is None else s) for c, s in zip(codes, supports or [None] * len(codes))]
     pairs = []
     for i, j in combinations(range(len(codes)), 2):

@@ -58,6 +58,9 @@ def _check_supports(W_est, true_support):
             f"W_est and true_support must have the same number of rows (features), "
             f"got {W_est.shape[0]} and {true_support.shape[0]}"
         )
+    for name, array in (("W_est", W_est), ("true_support", true_support)):
+        if array.dtype.kind in "fc" and not np.all(np.isfinite(array)):
+            raise ValueError(f"{name} contains NaN or infinite values, whose support membership is undefined")
     return W_est, true_support
 
 

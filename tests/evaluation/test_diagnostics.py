@@ -224,6 +224,8 @@ def test_bad_arguments_are_named(ppca, ppca_data):
         to_arviz(ppca, ppca_data, num_samples=0)
     with pytest.raises(ValueError, match="num_samples"):
         pareto_khat(ppca, ppca_data, num_samples=2.5)
+    with pytest.raises(ValueError, match="num_samples=20 draws are too few for PSIS"):  # gave k̂ = inf everywhere
+        pareto_khat(ppca, ppca_data, num_samples=20)
     with pytest.raises(ValueError, match="feature_names"):
         to_arviz(ppca, ppca_data, feature_names=["a"])
     with pytest.raises(DataError, match="features"):
