@@ -73,7 +73,11 @@ def top_features(W, k=5, names=None):
     For each column of ``W`` (features x factors), the ``k`` features with the
     largest ``|W_jk|`` that are non-zero, named by ``names`` (default: indices).
     """
+    if not is_count(k):
+        raise ValueError(f"k must be a positive integer, got {k!r}")
     W = np.abs(W)
+    if W.ndim != 2:
+        raise AttributeError(f"top_features ranks the features of a (features x factors) W; this W has shape {W.shape}")
     names = feature_labels(names, W.shape[0])
     tops = []
     for column in W.T:
@@ -433,7 +437,11 @@ class FittedModel:
         E-step keeps η at float32's smallest normal number rather than 0 (its
         log must stay finite); a factor at that floor is switched off and reads 0.
         """
-        eta = self._prior("W").eta.cpu().numpy()
+        prior = self._prior("W")
+        if not hasattr(prior, "eta"):
+            raise AttributeError(f"the {type(prior).__name__} of model {self.config['model']!r} has no η (the SSL "
+                                 "prior's share of features per factor) and no inclusion probabilities")
+        eta = prior.eta.cpu().numpy()
         return np.where(eta <= np.finfo(eta.dtype).tiny, 0.0, eta)
 
     def _prior(self, name):

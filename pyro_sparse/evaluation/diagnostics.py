@@ -27,7 +27,7 @@ MIN_PSIS_DRAWS = 25
 
 
 def _check_num_samples(num_samples):
-    if not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
 
 
@@ -72,11 +72,14 @@ def _local_dims(name, event_shape, latent_dim):
 
 def _global_dims(name, shape, num_features, latent_dim):
     """
-    Dimension names of a global site: ``(feature,)`` for per-feature values
-    (σ²), ``(feature, latent)`` for a (G, K) map (W, a dictionary A); any
-    other shape keeps ArviZ's ``{name}_dim_{i}`` rather than a guessed name.
+    Dimension names of a global site, read from its shape: ``(feature,)`` for
+    per-feature values (σ²), ``(latent,)`` for per-code values (a prior's
+    thresholds), ``(feature, latent)`` for a (G, K) map (W, a dictionary A).
+    Any other shape, and every shape when K = G (then a shape cannot say
+    which axis is which), keeps ArviZ's ``{name}_dim_{i}`` rather than a guess.
     """
-    known = {(num_features,): ["feature"], (num_features, latent_dim): ["feature", "latent"]}
+    known = {} if num_features == latent_dim else {
+        (num_features,): ["feature"], (latent_dim,): ["latent"], (num_features, latent_dim): ["feature", "latent"]}
     return known.get(tuple(shape), [f"{name}_dim_{axis}" for axis in range(len(shape))])
 
 
@@ -143,12 +146,15 @@ def to_arviz(fitted, X, num_samples=100, feature_names=None, batch_size=256):
 
 def _feature_names(fitted, feature_names):
     """The ``feature`` coordinate: the given names, those the model was trained with, or 0..G-1."""
-    num_features = fitted.num_features
+    num_features, trained = fitted.num_features, fitted.config.get("feature_names")
     if feature_names is None:
-        feature_names = fitted.config.get("feature_names") or np.arange(num_features)
+        feature_names = trained or np.arange(num_features)
     feature_names = np.asarray(feature_names)
     if feature_names.shape != (num_features,):
         raise ValueError(f"feature_names must hold {num_features} names, got shape {feature_names.shape}")
+    if trained is not None and [str(name) for name in feature_names] != [str(name) for name in trained]:
+        raise ValueError("feature_names differ from the names the model was trained with (the columns keep their "
+                         "training order): leave feature_names out to use them")
     return feature_names
 
 
@@ -253,6 +259,8 @@ def predictive_checks(data, statistics=STATISTICS):
         ``replicated_sd`` and ``p_value``, dims ``(statistic, feature)``.
     """
     statistics = (statistics,) if isinstance(statistics, str) else tuple(statistics)
+    if not statistics:
+        raise ValueError(f"give at least one statistic, from {STATISTICS}")
     unknown = sorted(set(statistics) - set(STATISTICS))
     if unknown:
         raise ValueError(f"unknown statistics {unknown}; choose from {STATISTICS}")
@@ -302,7 +310,10 @@ def pareto_khat(fitted, X, num_samples=500, batch_size=256):
 
     The ratios are those of :func:`~pyro_sparse.infer.importance.log_importance_weights`
     (exact draws of spike-and-slab and thresholded codes); the draws are
-    independent, so the relative efficiency is 1.
+    independent, so the relative efficiency is 1.  k̂ is NaN for a point whose
+    largest ratios are ties, an atom of q (e.g. the draw with all
+    spike-and-slab codes 0): its ratios are bounded, so importance-weighted
+    estimates are stable, but the tail has no Pareto shape to estimate.
 
     :returns: numpy array of shape (N,).
     """
@@ -327,11 +338,29 @@ def pareto_khat(fitted, X, num_samples=500, batch_size=256):
 
 
 def _psis_khat(log_ratios):
-    """PSIS k̂ of log ratios (N, S) -> (N,), ArviZ's ``psislw`` with relative efficiency 1 (independent draws)."""
+    """
+    PSIS k̂ of log ratios (N, S) -> (N,), ArviZ's ``psislw`` with relative
+    efficiency 1 (independent draws); NaN where the tail has fewer than 5
+    distinct ratios above its cut-off (ArviZ returns inf there).
+    """
     if ARVIZ_DATATREE:
         # arviz >= 1.0's psislw takes log-likelihoods, whose negatives are the (LOO) log ratios.
         log_likelihoods = xr.DataArray(-log_ratios, dims=("data_point", "draw"))
         _, khat = log_likelihoods.azstats.psislw(dim="draw", r_eff=1.0)
-        return khat.values
-    _, khat = az.psislw(log_ratios, reff=1.0)
-    return khat
+        khat = khat.values
+    else:
+        _, khat = az.psislw(log_ratios, reff=1.0)
+    return np.where(_tied_tail(log_ratios), np.nan, khat)
+
+
+def _tied_tail(log_ratios):
+    """
+    Rows whose PSIS tail (the min(S / 5, 3 √S) largest ratios) is mostly one
+    repeated value: an atom of q, such as the draw with every spike-and-slab
+    code 0, whose ratio is then the largest.  The ratios are bounded there,
+    and the Pareto shape of their tail is undefined, not infinite.
+    """
+    S = log_ratios.shape[-1]
+    tail = int(np.ceil(min(0.2 * S, 3 * np.sqrt(S))))
+    top = -np.sort(-log_ratios, axis=-1)[..., : tail + 1]
+    return (top > top[..., -1:]).sum(-1) <= 4

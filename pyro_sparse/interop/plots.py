@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from pyro_sparse.fitted import evaluation_data, feature_labels
+from pyro_sparse.infer.config import is_count
 from pyro_sparse.infer.importance import expected_observation
 
 
@@ -80,6 +81,8 @@ def top_features(W, k=10, feature_names=None):
     features with the largest non-zero ``|W_jk|``, largest on top.
     """
     plt = _pyplot()
+    if not is_count(k):
+        raise ValueError(f"k must be a positive integer, got {k!r}")
     W = _mask(W)
     names = feature_labels(feature_names, W.shape[0])
     factors = np.flatnonzero(np.abs(W).sum(0) > 0)
@@ -127,10 +130,12 @@ def latent_traversal(fitted, x, image_shape, dims=None, values=(-3, -2, -1, 0, 1
         raise ValueError(f"x must be one data point of shape (1, G), e.g. X[:1]; got {point.num_data} rows")
     start = torch.as_tensor(fitted.transform(x), device=fitted.device)
     latent_dim = start.shape[1]
-    dims = list(range(min(latent_dim, 10))) if dims is None else [int(d) for d in dims]
-    if not dims or not all(0 <= d < latent_dim for d in dims):
-        raise ValueError(f"dims must be code dimensions in [0, {latent_dim}), got {dims}")
+    dims = list(range(min(latent_dim, 10))) if dims is None else list(dims)
+    if not dims or not all(is_count(d, minimum=0) and d < latent_dim for d in dims):
+        raise ValueError(f"dims must be code dimensions in [0, {latent_dim}) (integers), got {dims}")
     values = torch.as_tensor(np.asarray(values, dtype=np.float32), device=fitted.device).reshape(-1)
+    if values.numel() == 0 or not torch.isfinite(values).all():
+        raise ValueError(f"values must be one or more finite code values, got {values.tolist()}")
     repeated = point.rows(np.zeros(len(values), dtype=int), fitted.device)
     images = []
     for d in dims:

@@ -240,3 +240,38 @@ def test_psis_khat_recovers_the_tail_index_of_pareto_ratios():
     for alpha in (5.0, 1.25):
         log_ratios = np.log(rng.pareto(alpha, size=(20, 4000)) + 1)
         np.testing.assert_allclose(diagnostics._psis_khat(log_ratios).mean(), 1 / alpha, atol=0.06)
+
+
+def test_khat_is_nan_where_the_largest_ratios_are_an_atom_of_q():
+    # An atom of q (all spike-and-slab codes 0) repeats the largest ratio: ArviZ's fit finds < 5 ratios above
+    # its cut-off and says inf ("q fails badly") although the ratios are bounded.  Continuous heavy tails keep k̂.
+    from pyro_sparse.evaluation.diagnostics import _psis_khat
+
+    rng = np.random.default_rng(0)
+    heavy = np.log(rng.pareto(1.0 / 0.7, size=(10, 2000)) + 1.0)  # Pareto ratios, k = 0.7
+    tied = rng.normal(size=(2, 500))
+    tied[:, :150] = tied.max() + 1.0  # 150 draws share the largest ratio (tail of 67)
+    khat = _psis_khat(heavy)
+    assert not np.any(np.isnan(khat)) and abs(khat.mean() - 0.7) < 0.1
+    assert np.all(np.isnan(_psis_khat(tied)))
+
+
+def test_global_sites_are_named_by_shape_only_where_the_shape_is_unambiguous():
+    from pyro_sparse.evaluation.diagnostics import _global_dims
+
+    assert _global_dims("prior_threshold", (3,), 4, 3) == ["latent"]
+    assert _global_dims("sigma2", (4,), 4, 3) == ["feature"]
+    assert _global_dims("W", (4, 3), 4, 3) == ["feature", "latent"]
+    # K = G: a (3,) site may be per code or per feature; it is not given the feature names.
+    assert _global_dims("prior_threshold", (3,), 3, 3) == ["prior_threshold_dim_0"]
+
+
+def test_feature_names_cannot_relabel_the_trained_features(ppca, ppca_data):
+    trained = ppca.config.get("feature_names")
+    names = [f"g{j}" for j in range(ppca_data.shape[1])]
+    if trained is None:  # a model trained without names takes any labels
+        assert list(to_arviz(ppca, ppca_data[:5], num_samples=2, feature_names=names)["observed_data"]["feature"].values) == names
+    frame = pytest.importorskip("pandas").DataFrame(ppca_data, columns=names)
+    named = pyro_sparse.train("vae", frame, latent_dim=2, hidden_dims=(8,), max_epochs=1, progress=False)
+    with pytest.raises(ValueError, match="differ from the names the model was trained with"):
+        to_arviz(named, frame[:5], num_samples=2, feature_names=names[::-1])

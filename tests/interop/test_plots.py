@@ -129,3 +129,15 @@ def test_command_line_writes_sparsity_and_traversal_figures(tmp_path, capsys):
     assert main(["train", "--model", "vsc", *options, "--image-shape", "5,5", "--out", str(tmp_path / "bad")]) == 2
     assert "height * width = 24 features" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()  # rejected before training
+
+
+def test_top_features_and_traversals_name_bad_arguments():
+    from pyro_sparse.fitted import top_features
+
+    W = np.array([[1.0, 0.0], [0.5, 2.0]])
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        top_features(W, k=0)
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        plots.top_features(W, k=-2)
+    with pytest.raises(AttributeError, match=r"\(features x factors\) W; this W has shape \(2, 2, 1\)"):
+        top_features(W[..., None])
