@@ -3,10 +3,11 @@ KL divergences between Gaussians that torch does not register: a full-covariance
 Gaussian posterior against a diagonal (independent Normal) prior.
 """
 
-from pyro.distributions import Independent, MultivariateNormal, Normal
+from torch.distributions import Independent, MultivariateNormal, Normal
 from torch.distributions.kl import register_kl
 
 
+# torch's classes, so that Pyro's (their subclasses) and torch's own both dispatch here.
 @register_kl(MultivariateNormal, Independent)
 def _kl_mvn_diagonal(q, p):
     r"""
@@ -16,6 +17,8 @@ def _kl_mvn_diagonal(q, p):
     """
     if not isinstance(p.base_dist, Normal) or p.reinterpreted_batch_ndims != 1:
         raise NotImplementedError
+    if q.event_shape != p.event_shape:
+        raise ValueError(f"KL between Gaussians of different sizes: {tuple(q.event_shape)} and {tuple(p.event_shape)}")
     variance = p.base_dist.scale.pow(2)
     trace = (q.scale_tril.pow(2).sum(-1) / variance).sum(-1)
     mahalanobis = ((p.base_dist.loc - q.loc).pow(2) / variance).sum(-1)

@@ -44,6 +44,8 @@ class SelectedSpikeAndSlab(TorchDistribution):
             raise ValueError("components must be a SpikeAndSlab with batch shape (P, K) matching weights (..., P)")
         self.weights, self.components = weights, components
         super().__init__(weights.shape[:-1], components.batch_shape[-1:], validate_args=validate_args)
+        if self._validate_args and bool((weights.sum(-1) <= 0).any()):
+            raise ValueError("the selection weights of a row are all 0: they select no component")
 
     @property
     def mixture_weights(self):
@@ -81,9 +83,10 @@ class SelectedSpikeAndSlab(TorchDistribution):
 
     @property
     def variance(self):
-        # E[z_k²] = Σ_p π_p (Var_pk + mean_pk²), minus the squared mixture mean.
-        second_moment = self.components.variance + self.components.mean**2
-        return (self.mixture_weights.unsqueeze(-1) * second_moment).sum(-2) - self.mean**2
+        # Σ_p π_p Var_pk + Σ_p π_p (mean_pk - mean_k)²: no E[z²] - E[z]² cancellation.
+        weights = self.mixture_weights.unsqueeze(-1)
+        spread = (self.components.mean - self.mean.unsqueeze(-2)) ** 2
+        return (weights * (self.components.variance + spread)).sum(-2)
 
     def sample(self, sample_shape=torch.Size()):
         with torch.no_grad():
@@ -99,6 +102,8 @@ def _kl_spike_and_slab_to_selected(q, p):
     """Σ_p π_p Σ_k KL(q_k ‖ p_pk) (supplement A.3), for q a spike-and-slab with one event dim."""
     if not isinstance(q.base_dist, SpikeAndSlab) or q.reinterpreted_batch_ndims != 1:
         raise NotImplementedError
+    if q.event_shape != p.event_shape:
+        raise ValueError(f"KL between codes of different sizes: {tuple(q.event_shape)} and {tuple(p.event_shape)}")
     base = q.base_dist
     expanded = SpikeAndSlab(
         base.gate.unsqueeze(-2), base.loc.unsqueeze(-2), base.scale.unsqueeze(-2), slope=base.slope

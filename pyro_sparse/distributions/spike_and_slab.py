@@ -334,8 +334,8 @@ class SpikeAndSlab(TorchDistribution):
 
     @property
     def variance(self):
-        # E[z²] = γ(σ² + μ²); subtract the squared mean.
-        return self.gate * (self.scale**2 + self.loc**2) - (self.gate * self.loc) ** 2
+        # γσ² + γ(1 - γ)μ²: E[z²] - E[z]² would cancel for a narrow slab far from 0.
+        return self.gate * (self.scale**2 + self._one_minus_gate() * self.loc**2)
 
 
 def _weighted_log_ratio(weight, log_num, log_den):

@@ -359,10 +359,19 @@ class ThresholdedLaplace(ThresholdedDistribution):
         return -((value - loc).abs() + threshold) / scale - torch.log(2 * scale)
 
     def _slab_cdf(self, value):
-        return self.gate * self.base_dist.cdf(value)
+        # The slab γ Laplace(μ, b) has mass ½ e^{(z - μ - λ)/b} below z < μ and γ - ½ e^{(μ - z - λ)/b} above μ;
+        # written so, neither tail rounds to 0 (Laplace.cdf goes through ½ ± ½(1 - e^{-|z - μ|/b})).
+        d, b, t = value - self.loc, self.scale, self.threshold
+        left = 0.5 * torch.exp((d.clamp(max=0) - t) / b)
+        right = self.gate - 0.5 * torch.exp((-d.clamp(min=0) - t) / b)
+        return torch.where(d < 0, left, right)
 
     def _slab_icdf(self, mass):
-        return self.base_dist.icdf((mass / self.gate).clamp(0, 1))
+        # The inverse of _slab_cdf; each branch's log stays finite on the other branch (γ - mass ≥ γ/2 there).
+        b, t = self.scale, self.threshold
+        left = self.loc + t + b * torch.log(2 * mass)
+        right = self.loc - t - b * torch.log(2 * (self.gate - mass).clamp(min=0))
+        return torch.where(mass <= self.gate / 2, left, right)
 
     def _slab_entropy(self):
         # -∫ γ Lap log(γ Lap) = -γ log γ + γ H(Laplace(μ, b)).
@@ -370,9 +379,8 @@ class ThresholdedLaplace(ThresholdedDistribution):
 
     @property
     def variance(self):
-        # E[z²] = γ (μ² + 2b²): the slab is γ Laplace(μ, b).
-        gate = self.gate
-        return gate * (self.loc**2 + 2 * self.scale**2) - (gate * self.loc) ** 2
+        # The slab is γ Laplace(μ, b): 2γb² + γ(1 - γ)μ², without E[z²] - E[z]²'s cancellation.
+        return self.gate * (2 * self.scale**2 + self._spike_mass * self.loc**2)
 
 
 class ThresholdedNormal(ThresholdedDistribution):
@@ -464,7 +472,7 @@ class ThresholdedNormal(ThresholdedDistribution):
         phi_t = torch.exp(-0.5 * t**2 - _HALF_LOG_TWO_PI)
         # The bracket cancels for large t; clamp the rounding below zero.
         second_moment = self.scale**2 * ((1 + t**2) * gate - 2 * t * phi_t).clamp(min=0)
-        return gate * self.loc**2 + second_moment - (gate * self.loc) ** 2
+        return second_moment + gate * self._spike_mass * self.loc**2  # γ(1 - γ)μ², not E[z²] - E[z]²
 
 
 def _xlog_ratio(mass, log_q, log_p):
