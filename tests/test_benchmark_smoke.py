@@ -354,3 +354,14 @@ def test_n_init_stability_compares_the_fits_n_init_keeps_from_disjoint_seeds():
     measured = module.n_init_stability(runs, 2)
     assert measured["stability_n_init_codes"] == pytest.approx((1 + noise + 1) / 3)
     assert noise < 0.3 and measured["stability_n_init_support"] is None
+
+
+def test_latent_dim_selection_smoke(tmp_path):
+    arguments = ["--generator", "eq9", "--seeds", "1", "--candidates", "2,3", "--n-init", "2", "--epochs", "1",
+                 "--jobs", "1", "--out", str(tmp_path)]
+    run_script("latent_dim_selection.py", *arguments)
+    rows = check_outputs(str(tmp_path / "latent_dim_selection_eq9"), [])
+    assert [row["latent_dim"] for row in rows] == [2, 3] and sum(row["chosen"] for row in rows) == 1
+    run_script("latent_dim_selection.py", *arguments, "--fresh")
+    (fresh,) = check_outputs(str(tmp_path / "latent_dim_selection_eq9_fresh"), [])
+    assert fresh["latent_dim"] == next(row["latent_dim"] for row in rows if row["chosen"])
