@@ -215,7 +215,7 @@ class SparseDGM(nn.Module):
         Before training: start feature subsampling two epochs after the KL
         warm-up unless told otherwise, warn when told to start before it ends,
         and end it ``feature_subsample_end_fraction`` of ``max_epochs`` before
-        the end.  Returns the end epoch where subsampling is on.
+        the end.  Returns that end epoch where it comes before the run's end.
         """
         self.feature_subsample_end_epoch = max_epochs * (1.0 - self.feature_subsample_end_fraction)
         if self.feature_subsample_start_epoch is None:
@@ -227,9 +227,9 @@ class SparseDGM(nn.Module):
                 "back; set feature_subsample_start_epoch at or after kl_warmup_epochs (a few epochs after is safer)",
                 stacklevel=5,
             )
-        if self.feature_subsample_size is not None:
+        if self.feature_subsample_size is not None and self.feature_subsample_end_fraction > 0:
             return {"feature_subsample_end_epoch": self.feature_subsample_end_epoch}
-        return {}
+        return {}  # no end before the run's own: nothing a longer run would move
 
     def schedule(self, epoch, iteration):
         """Called by the training loop before each step with the fractional epoch."""

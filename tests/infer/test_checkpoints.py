@@ -314,6 +314,12 @@ def test_extending_a_run_keeps_the_epoch_its_feature_subsampling_ends(tmp_path):
     extended = pyro_sparse.train("ssl_dgm", counts, max_epochs=4, feature_subsample_end_fraction=0.75,
                                  checkpointing=Checkpointing(resume_from=path), **options)
     assert_same_state(extended, uninterrupted)
+    # Subsampling to the end (fraction 0) places no epoch: any run may be extended.
+    to_the_end = tmp_path / "to_the_end.ckpt"
+    pyro_sparse.train("ssl_dgm", counts, max_epochs=2, checkpointing=Checkpointing(path=to_the_end), **options)
+    assert_same_state(pyro_sparse.train("ssl_dgm", counts, max_epochs=4, **options),
+                      pyro_sparse.train("ssl_dgm", counts, max_epochs=4, checkpointing=Checkpointing(
+                          resume_from=to_the_end), **options))
 
 
 def test_a_checkpoint_of_a_run_with_other_covariates_is_refused(X, tmp_path):
