@@ -138,6 +138,21 @@ def test_bad_data_is_named(X, likelihood, message):
         pyro_sparse.train("ssl_dgm", X, likelihood=likelihood, **QUICK)
 
 
+def test_counts_beyond_float32_integers_are_warned_about():
+    """2^24 + 1 becomes 2^24 in float32: such counts are rounded, and a fraction there passes as a count."""
+    import warnings
+
+    from pyro_sparse.data.validation import as_matrix, check_values
+
+    for counts in (np.array([[2.0**24 + 1, 2.0], [3.0, 1.0]]), sp.csr_matrix(np.array([[0.0, 2.0**24 + 0.5], [3.0, 1.0]]))):
+        with pytest.warns(UserWarning, match=r"2\^24\) or more"):
+            check_values(as_matrix(counts), "poisson", name="X")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_values(as_matrix(np.array([[2.0**24 - 1, 2.0], [3.0, 1.0]])), "poisson", name="X")
+        check_values(as_matrix(np.array([[2.0**25, 2.0], [3.0, 1.0]])), "gaussian", name="X")
+
+
 def test_bad_arguments_are_named(data):
     with pytest.raises(ValueError, match="unknown model 'nope'"):
         pyro_sparse.train("nope", data.X)

@@ -1,6 +1,7 @@
 """Data entering the library: conversion to a matrix and checks of its values."""
 
 import sys
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -150,6 +151,9 @@ def check_feature_names(names, trained, name="X", selection=None):
     )
 
 
+# float32 holds every integer up to 2^24 exactly, and only every other one beyond.
+FLOAT32_EXACT_INTEGERS = 2**24
+
 # Likelihoods whose data are counts: every row needs at least one (its total scales the row).
 COUNT_DATA = ("multinomial", "poisson", "negative_binomial", "zinb")
 
@@ -166,6 +170,14 @@ def check_values(matrix, likelihood, name="data"):
             raise DataError(
                 f"{name} has non-integer values; the {likelihood} likelihood needs integer counts "
                 "(raw counts, not normalised or log-transformed values)"
+            )
+        if values.size and values.max() >= FLOAT32_EXACT_INTEGERS:
+            warnings.warn(
+                f"{name} has counts of {FLOAT32_EXACT_INTEGERS:,} (2^24) or more, which float32, the precision the "
+                "models compute in, rounds to a multiple of 2 or more: such counts are fitted rounded, and a "
+                "fractional value among them cannot be told from a count",
+                UserWarning,
+                stacklevel=3,
             )
         row_totals = np.asarray(matrix.sum(1)).ravel()
         if np.any(row_totals == 0):

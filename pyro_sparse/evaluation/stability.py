@@ -12,7 +12,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 # A code whose posterior mean varies less than this across the data carries
-# no information (a collapsed dimension); the benchmarks count active codes
+# no information (a collapsed dimension): Burda et al.'s (2016) active units,
+# for codes on the N(0, 1) prior's scale; the benchmarks count active codes
 # the same way.
 ACTIVE_CODE_VARIANCE = 0.01
 
@@ -54,22 +55,27 @@ def _jaccard(a, b):
     return np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0)
 
 
-def active_factors(codes, support=None):
+def active_factors(codes, support=None, min_variance=ACTIVE_CODE_VARIANCE):
     """
     The factors a fit uses: columns of ``support`` (features x factors) with
-    at least one feature, else codes whose variance exceeds ``ACTIVE_CODE_VARIANCE``.
+    at least one feature, else codes whose variance across the data points
+    exceeds ``min_variance`` (0.01 suits codes of a unit-variance prior; set
+    it for codes on another scale).
     """
     if support is not None:
         return np.flatnonzero(np.asarray(support).any(0))
-    return np.flatnonzero(np.asarray(codes).var(0) > ACTIVE_CODE_VARIANCE)
+    if not (np.isfinite(min_variance) and min_variance >= 0):
+        raise ValueError(f"min_variance must be a finite number >= 0, got {min_variance!r}")
+    return np.flatnonzero(np.asarray(codes).var(0) > min_variance)
 
 
-def code_stability(codes, supports=None):
+def code_stability(codes, supports=None, min_variance=ACTIVE_CODE_VARIANCE):
     """
     :class:`FactorStability` of several fits given as arrays: ``codes`` a
     list of (N, K_f) posterior means of the same N data points, ``supports``
     an optional list of (G, K_f) boolean decoder supports (then only factors
-    with a non-empty support are compared, else only active codes).
+    with a non-empty support are compared, else only active codes: variance
+    above ``min_variance``, see :func:`active_factors`).
     """
     if len(codes) < 2:
         raise ValueError(f"factor stability compares fits: give at least 2, got {len(codes)}")
@@ -94,7 +100,8 @@ def code_stability(codes, supports=None):
                 f"{[c.shape for c in codes]}"
             )
         supports = [s.astype(bool) for s in supports]
-    active = [active_factors(c, None if supports is None else s) for c, s in zip(codes, supports or [None] * len(codes))]
+    active = [active_factors(c, None if supports is None else s, min_variance)
+              for c, s in zip(codes, supports or [None] * len(codes))]
     pairs = []
     for i, j in combinations(range(len(codes)), 2):
         pair = {"fits": (i, j),

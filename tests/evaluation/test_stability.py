@@ -51,3 +51,12 @@ def test_needs_two_fits_of_the_same_points(codes):
         code_stability([codes])
     with pytest.raises(ValueError, match="same data points"):
         code_stability([codes, codes[:10]])
+
+
+def test_codes_on_another_scale_need_their_own_active_cut_off(codes):
+    """Codes of sd 0.05 (an NMF's, say) fall under the unit-prior cut-off of 0.01 unless it is set."""
+    small = 0.05 * codes
+    assert code_stability([small, small]).code_correlation == 0.0
+    assert code_stability([small, small], min_variance=1e-4).code_correlation == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="min_variance"):
+        code_stability([codes, codes], min_variance=-1.0)
