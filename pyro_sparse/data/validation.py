@@ -114,7 +114,9 @@ def as_matrix(data, name="data"):
             raise DataError(f"{name} has non-zero values too small for float32 (|x| < 1.2e-38); rescale it first")
     if sp.issparse(original):
         return original.astype(np.float32)
-    return torch.as_tensor(original.astype(np.float32, copy=False))
+    matrix = original.astype(np.float32, copy=False)
+    # torch shares a writable array's memory; a read-only one (a memory map, a frozen array) is copied.
+    return torch.as_tensor(matrix if matrix.flags.writeable else matrix.copy())
 
 
 def feature_names_of(data):

@@ -104,3 +104,15 @@ def test_torch_sparse_tensors_are_read_as_scipy_sparse(layout):
     np.testing.assert_array_equal(matrix.toarray(), dense.numpy())
     with pytest.raises(DataError, match="2-D"):
         as_matrix(torch.zeros(2, 2, 2).to_sparse())
+
+
+def test_a_read_only_array_is_copied_without_a_warning():
+    import warnings
+
+    frozen = np.arange(6, dtype=np.float32).reshape(3, 2)
+    frozen.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns when it wraps a read-only array
+        matrix = as_matrix(frozen)
+    matrix[0, 0] = 7.0  # writing to the model's copy must not touch the user's array
+    assert frozen[0, 0] == 0.0
