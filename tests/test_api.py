@@ -328,3 +328,17 @@ def test_history_becomes_a_dataframe_by_epoch():
     held = pyro_sparse.train("vae", X, max_epochs=2, schedule=Schedule(validation_fraction=0.2), progress=False,
                              hidden_dims=(8,))
     assert list(held.history_frame().columns) == ["train_loss", "validation_loss"]
+
+
+def test_a_bare_source_folder_is_named_not_a_missing_submodule(tmp_path):
+    """Python started in a checkout's root finds pyro_sparse/ without models/ and guides/ (installed beside it)."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(os.path.dirname(pyro_sparse.__file__), tmp_path / "pyro_sparse")
+    code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()];"
+            f"sys.path.insert(0, {str(tmp_path)!r}); import pyro_sparse")
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert completed.returncode != 0
+    assert "only found once installed: install it with `pip install -e .`" in completed.stderr
