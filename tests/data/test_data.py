@@ -112,7 +112,7 @@ def test_a_read_only_array_is_copied_without_a_warning():
     frozen = np.arange(6, dtype=np.float32).reshape(3, 2)
     frozen.flags.writeable = False
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # torch warns when it wraps a read-only array
+        warnings.simplefilter("error")  # torch warns (once per process) when it wraps a read-only array
         matrix = as_matrix(frozen)
     matrix[0, 0] = 7.0  # writing to the model's copy must not touch the user's array
     assert frozen[0, 0] == 0.0
