@@ -145,6 +145,7 @@ class SparseDGM(nn.Module):
         self.feature_subsample_end_fraction = float(feature_subsample_end_fraction)
         self.feature_subsample_end_epoch = float("inf")  # set from max_epochs by check_schedule()
         self.epoch = 0.0  # of training, set by schedule()
+        self._step_subset = None  # the subset of the current step, kept by schedule() (outside training: None)
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
         self.beta = float(beta)
@@ -232,8 +233,14 @@ class SparseDGM(nn.Module):
         return {}  # no end before the run's own: nothing a longer run would move
 
     def schedule(self, epoch, iteration):
-        """Called by the training loop before each step with the fractional epoch."""
+        """
+        Called by the training loop before each step with the fractional
+        epoch.  Every particle pass of the step visits the same feature subset:
+        a max-particle ELBO over passes on different subsets would pick the
+        subset that scores best, not the best particle.
+        """
         self.epoch = epoch
+        self._step_subset = []  # filled by the step's first pass
 
     def visited_features(self, device):
         """
@@ -248,4 +255,9 @@ class SparseDGM(nn.Module):
                        and start <= self.epoch < self.feature_subsample_end_epoch)
         if not self.training or not subsampling:
             return None
-        return torch.randperm(self.num_features, device=device)[: self.feature_subsample_size]
+        if self._step_subset:
+            return self._step_subset[0]
+        features = torch.randperm(self.num_features, device=device)[: self.feature_subsample_size]
+        if self._step_subset is not None:
+            self._step_subset.append(features)
+        return features

@@ -223,11 +223,14 @@ def _check_same_run(saved, current, path):
     placed, placing = (run.get("schedule", {"options": [], "epochs": {}}) for run in (saved, current))
     for name in sorted(set(placed["epochs"]) | set(placing["epochs"])):
         before, now = placed["epochs"].get(name), placing["epochs"].get(name)
-        if None not in (before, now) and before != now:  # one without: an option differs, named below
+        # None: the schedule runs to the run's own end (moves with max_epochs). Epochs are products of
+        # fractions (30 * (1 - 0.7) is 9.000000000000002), so equal means equal to rounding.
+        if None in (before, now) or not math.isclose(before, now, rel_tol=1e-9):
+            describe = lambda epoch: "the run's end" if epoch is None else f"epoch {epoch:.12g}"  # noqa: E731
             raise CheckpointError(
-                f"{where} was written by a run with {name} = {before:g}; this one's is {now:g} (set by "
-                f"{', '.join(placed['options'])} as a fraction of max_epochs): to change max_epochs, set them so "
-                f"that {name} stays {before:g}"
+                f"{where} was written by a run whose {name} is {describe(before)}; this one's is {describe(now)} "
+                f"(set by {', '.join(placed['options'] or placing['options'])} as a fraction of max_epochs): to "
+                f"change max_epochs, set them so that {name} stays {describe(before)}"
             )
     for part in ("hyperparameters", "training"):
         names = sorted((saved[part].keys() | current[part].keys()) - {"max_epochs", "kl_warmup_epochs",
@@ -240,7 +243,7 @@ def _check_same_run(saved, current, path):
     # with the default would restart it part-way, so compare the lengths, not the options.
     warmups = [Schedule(kl_warmup_epochs=run["training"].get("kl_warmup_epochs")).warmup_epochs(
         run["training"]["max_epochs"]) for run in (saved, current)]
-    if warmups[0] != warmups[1]:
+    if not math.isclose(warmups[0], warmups[1], rel_tol=1e-9):
         raise CheckpointError(
             f"{where} was written by a run whose KL warm-up lasts {warmups[0]:g} epochs; this one's would last "
             f"{warmups[1]:g} (the default is max_epochs / 4): resume with "

@@ -47,7 +47,10 @@ class Optimization:
     :param str particle_reduction: ``"mean"`` averages the J particles' ELBO
         terms (the usual J-sample estimate); ``"max"`` keeps each data point's
         best particle, the max-ELBO sampling of Fallah & Rozell (2022, Eq. 9;
-        :class:`~pyro_sparse.infer.elbo.MaxParticleELBO`).
+        :class:`~pyro_sparse.infer.elbo.MaxParticleELBO`).  With ``ssl_dgm``'s
+        feature subsampling the particles of a step share one feature subset,
+        so "best" is judged on that subset's terms (the selection still sees
+        the subset's noise; ``feature_subsample_size=None`` judges on all).
     """
 
     global_lr: float = None

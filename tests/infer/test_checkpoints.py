@@ -308,7 +308,7 @@ def test_extending_a_run_keeps_the_epoch_its_feature_subsampling_ends(tmp_path):
     path = tmp_path / "run.ckpt"
     pyro_sparse.train("ssl_dgm", counts, max_epochs=2, feature_subsample_end_fraction=0.5,
                       checkpointing=Checkpointing(path=path), **options)
-    with pytest.raises(CheckpointError, match=r"feature_subsample_end_epoch = 1; this one's is 2 .*stays 1"):
+    with pytest.raises(CheckpointError, match=r"feature_subsample_end_epoch is epoch 1; this one's is epoch 2 .*stays epoch 1"):
         pyro_sparse.train("ssl_dgm", counts, max_epochs=4, feature_subsample_end_fraction=0.5,
                           checkpointing=Checkpointing(resume_from=path), **options)
     extended = pyro_sparse.train("ssl_dgm", counts, max_epochs=4, feature_subsample_end_fraction=0.75,
@@ -320,6 +320,16 @@ def test_extending_a_run_keeps_the_epoch_its_feature_subsampling_ends(tmp_path):
     assert_same_state(pyro_sparse.train("ssl_dgm", counts, max_epochs=4, **options),
                       pyro_sparse.train("ssl_dgm", counts, max_epochs=4, checkpointing=Checkpointing(
                           resume_from=to_the_end), **options))
+    # ... but switching from subsampling to the end to an end before it changes the run: refused.
+    with pytest.raises(CheckpointError, match=r"end_epoch is the run's end; this one's is epoch 2 "):
+        pyro_sparse.train("ssl_dgm", counts, max_epochs=4, feature_subsample_end_fraction=0.5,
+                          checkpointing=Checkpointing(resume_from=to_the_end), **options)
+    # The same end epoch reached by other float products (1 * 0.6 and 2 * 0.3 = 0.6000000000000001) is the same.
+    one_epoch = tmp_path / "one_epoch.ckpt"
+    pyro_sparse.train("ssl_dgm", counts, max_epochs=1, feature_subsample_end_fraction=0.4,
+                      checkpointing=Checkpointing(path=one_epoch), **options)
+    pyro_sparse.train("ssl_dgm", counts, max_epochs=2, feature_subsample_end_fraction=0.7,
+                      checkpointing=Checkpointing(resume_from=one_epoch), **options)
 
 
 def test_a_checkpoint_of_a_run_with_other_covariates_is_refused(X, tmp_path):
