@@ -223,7 +223,7 @@ def hyperparameters(key, args, iterations, rate=None):
         hyper.update(latent_prior=f"thresholded_{spec['base'].replace('gaussian', 'normal')}",
                      threshold=spec["threshold"], beta=args.beta)
         if spec.get("learn_threshold"):
-            hyper.update(learn_threshold=True, threshold_beta=args.beta / 10)  # β2 = β1 / 10, Appendix D
+            hyper.update(learn_threshold=True)  # β2 = β1 / 10 (Appendix D) is threshold_beta's default
         if "amortized_threshold" in spec:
             hyper["amortized_threshold"] = spec["amortized_threshold"]
         if spec["base"] == "laplace":

@@ -92,7 +92,7 @@ class ThresholdedGuide(AmortizedGuide):
         threshold=0.25,
         learn_threshold=False,
         amortized_threshold=False,
-        threshold_kl_weight=0.1,
+        threshold_kl_weight=None,
         prior_scale=0.1,
         estimator="jump",
         scale_warmup_start=1.0,
@@ -118,7 +118,12 @@ class ThresholdedGuide(AmortizedGuide):
         self.base, self.learn_threshold = base, bool(learn_threshold)
         self.amortized_threshold = bool(amortized_threshold)
         self.threshold = None if threshold is None else float(threshold)
-        self.threshold_kl_weight, self.estimator = float(threshold_kl_weight), estimator
+        if threshold_kl_weight is not None and not (
+                isinstance(threshold_kl_weight, (int, float)) and 0 < threshold_kl_weight < math.inf):
+            raise ValueError(f"threshold_kl_weight must be a positive number or None, got {threshold_kl_weight!r}")
+        # β2 = β1 / 10 unless given (Fallah & Rozell 2022, Appendix D); the prior's threshold_beta.
+        self.threshold_kl_weight = self.kl_weight / 10 if threshold_kl_weight is None else float(threshold_kl_weight)
+        self.estimator = estimator
         self.scale_warmup_start, self.scale_warmup_rate = float(scale_warmup_start), float(scale_warmup_rate)
         if threshold_warmup_epochs is not None and not (
                 isinstance(threshold_warmup_epochs, (int, float)) and 0 <= threshold_warmup_epochs < math.inf):

@@ -295,6 +295,8 @@ def test_tensors_without_a_numpy_dtype_are_read(X):
         ({"latent_dim": True}, ValueError, "latent_dim must be a positive integer"),
         ({"batch_size": 0}, ValueError, "batch_size"),
         ({"lr": float("inf")}, ValueError, "lr must be positive and finite"),
+        ({"lr": True}, ValueError, "lr must be positive and finite, got True"),
+        ({"progress": "no"}, ValueError, "progress must be True or False, got 'no'"),
         ({"device": "tpu"}, ValueError, "device must be 'auto', 'cpu', 'cuda'"),
         ({"seed": True}, ValueError, r"seed must be an integer in \[0, 2\*\*32\)"),
         ({"seed": -1}, ValueError, "seed must be an integer"),
@@ -305,6 +307,13 @@ def test_tensors_without_a_numpy_dtype_are_read(X):
 def test_bad_settings_are_named(X, settings_, error, message):
     with pytest.raises(error, match=message):
         pyro_sparse.train("ssl_dgm", X, **{**TINY, **settings_})
+
+
+def test_numpy_scalar_settings_train_and_are_saved_as_numbers(X):
+    # np.int64 seeds (e.g. drawn with numpy) crashed in random.seed.
+    fitted = pyro_sparse.train("vae", X, latent_dim=2, max_epochs=np.int64(1), batch_size=np.int32(25),
+                               seed=np.int64(3), lr=np.float32(0.01), progress=np.bool_(False))
+    assert fitted.config["training"]["seed"] == 3 and type(fitted.config["training"]["max_epochs"]) is int
 
 
 @pytest.mark.parametrize("model, options, named", [

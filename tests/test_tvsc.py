@@ -13,6 +13,7 @@ from pyro_sparse.data import DataError
 from pyro_sparse.data.images import load_digits_images
 from pyro_sparse.distributions.thresholded import thresholded_laplace_kl
 from pyro_sparse.guides import ThresholdedGuide
+from pyro_sparse.io import serialization
 
 QUICK = dict(latent_dim=8, max_epochs=3, batch_size=100, lr=1e-3, hidden_dims=(32,), progress=False)
 # For tests that feed CPU tensors to the fitted guide and model themselves (QUICK fits on CUDA where there is one).
@@ -101,8 +102,6 @@ def test_the_scale_is_never_wider_than_the_bound(base):
 
 
 def test_files_from_before_the_scale_bound_and_shared_norms_load_as_trained(digits, tmp_path):
-    from pyro_sparse.io import serialization
-
     fitted = pyro_sparse.train("tvsc", digits, decoder="linear", **QUICK)
     assert fitted.guide.max_scale_ratio == pytest.approx(np.e) and fitted.model.linear_generator.shared_atom_norm
     # An older file: trained with free atom norms and no scale bound, and naming neither option.
@@ -127,6 +126,29 @@ def test_learned_threshold_has_the_gamma_prior_and_its_own_weight(digits):
     torch.testing.assert_close(prior.mean, torch.full_like(prior.mean, 0.4))  # Gamma(3, 3/λ0)
     assert prior.concentration.eq(3.0).all()
     assert guide_trace.nodes["threshold"]["scale"] == model_trace.nodes["threshold"]["scale"] == 0.05
+
+
+def test_the_threshold_kl_weight_follows_beta_unless_given(digits, tmp_path):
+    # Appendix D: β2 = β1 / 10. A fixed 0.1 was 100x that at beta = 1e-3 (and 10x the codes' own KL weight).
+    fitted = pyro_sparse.train("tvsc", digits, learn_threshold=True, beta=1e-3, **ON_CPU)
+    x = torch.as_tensor(digits[:4])
+    guide_trace = poutine.trace(fitted.guide).get_trace(x)
+    model_trace = poutine.trace(poutine.replay(fitted.model, trace=guide_trace)).get_trace(x)
+    assert guide_trace.nodes["threshold"]["scale"] == model_trace.nodes["threshold"]["scale"] == pytest.approx(1e-4)
+    # A file written when the default was a fixed 0.1 (it recorded only the options given) loads with 0.1.
+    fitted.save(tmp_path / "model.pt")
+    config, states = serialization.read(tmp_path / "model.pt")
+    del config["hyperparameters"]["threshold_beta"]
+    serialization.write(tmp_path / "old.pt", config, states)
+    assert pyro_sparse.load(tmp_path / "old.pt").model.latent_prior.threshold_beta == 0.1
+    assert pyro_sparse.load(tmp_path / "model.pt").model.latent_prior.threshold_beta is None
+
+
+def test_bad_threshold_kl_weight_of_the_guide_is_named():
+    # Used directly, the guide took a negative weight (a KL that rewards moving away from the prior).
+    with pytest.raises(ValueError, match="threshold_kl_weight must be a positive number or None, got -1.0"):
+        ThresholdedGuide(5, 3, learn_threshold=True, threshold_kl_weight=-1.0)
+    assert ThresholdedGuide(5, 3, kl_weight=0.5, learn_threshold=True).threshold_kl_weight == 0.05
 
 
 def test_laplace_scale_warmup():

@@ -83,6 +83,10 @@ def as_matrix(data, name="data"):
             raise DataError(f"{name} must be a 2-D (data points x features) matrix, got a {data.dim()}-D sparse tensor")
         coo = data.detach().cpu().to_sparse_coo().coalesce()
         data = sp.coo_matrix((coo.values().numpy(), tuple(coo.indices().numpy())), shape=tuple(coo.shape))
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(data, pandas.DataFrame) and data.shape[1] and all(
+            isinstance(dtype, pandas.SparseDtype) and dtype.fill_value == 0 for dtype in data.dtypes):
+        data = data.sparse.to_coo()  # a DataFrame of sparse columns stays sparse
     if sp.issparse(data):
         original = _canonical_csr(data, name)
         values, shape = original.data, original.shape

@@ -213,8 +213,12 @@ class TrainingSettings:
         # numpy's seeds (pyro.set_rng_seed seeds it too) are integers in [0, 2**32).
         _require(is_count(self.seed, minimum=0) and self.seed < 2**32,
                  f"seed must be an integer in [0, 2**32), got {self.seed!r}")
-        _require(isinstance(self.lr, (int, float, np.number)) and 0 < self.lr < math.inf,
-                 f"lr must be positive and finite, got {self.lr!r}")
+        _require(isinstance(self.lr, (int, float, np.number)) and not isinstance(self.lr, (bool, np.bool_))
+                 and 0 < self.lr < math.inf, f"lr must be positive and finite, got {self.lr!r}")
+        _require(isinstance(self.progress, (bool, np.bool_)), f"progress must be True or False, got {self.progress!r}")
+        # numpy scalars as Python numbers: random.seed refuses np.int64, and the record is JSON.
+        for name, kind in (("max_epochs", int), ("batch_size", int), ("seed", int), ("lr", float), ("progress", bool)):
+            object.__setattr__(self, name, kind(getattr(self, name)))
         for name, cls in CONFIGS.items():
             value = getattr(self, name)
             if not isinstance(value, cls):
@@ -231,8 +235,8 @@ class TrainingSettings:
         """The settings that determine the result, as saved with a model (JSON-able)."""
         optimization, schedule = asdict(self.optimization), self.schedule
         return {
-            "max_epochs": int(self.max_epochs), "batch_size": int(self.batch_size), "lr": float(self.lr),
-            "seed": int(self.seed), **optimization, "kl_warmup_epochs": schedule.kl_warmup_epochs,
+            "max_epochs": self.max_epochs, "batch_size": self.batch_size, "lr": self.lr,
+            "seed": self.seed, **optimization, "kl_warmup_epochs": schedule.kl_warmup_epochs,
             "validation_fraction": float(schedule.validation_fraction),
             "early_stopping": None if schedule.early_stopping is None else int(schedule.early_stopping),
             "precision": self.hardware.precision,

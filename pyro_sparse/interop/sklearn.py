@@ -57,6 +57,7 @@ import inspect
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from joblib import Parallel, delayed
 from sklearn.base import (
@@ -84,6 +85,17 @@ def _seed(random_state):
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         return int(random_state)
     return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+
+
+def _named(X, names):
+    """Validated X with the DataFrame column names fit was given: ``train`` reads them (e.g. for gene sets)."""
+    if names is None:
+        return X
+    import pandas  # names come only from a DataFrame: pandas is installed
+
+    columns = [str(name) for name in names]
+    return pandas.DataFrame.sparse.from_spmatrix(X, columns=columns) if sp.issparse(X) else pandas.DataFrame(
+        X, columns=columns)
 
 
 def _kept_loss(fitted):
@@ -141,14 +153,16 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         Fit the model to X (N x G; dense or scipy.sparse) with
         :func:`pyro_sparse.train`.  ``y`` is ignored.
         """
+        for name in ("fitted_", "factor_stability_"):  # a failed refit must not leave the fit before
+            vars(self).pop(name, None)
         X = self._validate(X, reset=True)
         parameters = self.get_params(deep=False)
+        options = dict(parameters.pop("model_options") or {})
+        repeated = sorted(set(options) & (set(parameters) | set(_SET_BY_FIT)))
         random_state = parameters.pop("random_state")
         n_init = parameters.pop("n_init")
         if not (isinstance(n_init, (int, np.integer)) and not isinstance(n_init, bool) and n_init >= 1):
             raise ValueError(f"n_init must be a positive integer, got {n_init!r}")
-        options = dict(parameters.pop("model_options") or {})
-        repeated = sorted(set(options) & (set(parameters) | set(_SET_BY_FIT)))
         if repeated:
             raise ValueError(
                 f"model_options sets {repeated}, which {type(self).__name__} sets itself; "
@@ -163,14 +177,23 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             k: v for k, v in parameters.items()
             if k in applies or k in _TRAIN_ARGUMENTS or v != defaults[k].default
         }
+        checkpointing = options.get("checkpointing")
+        if n_init > 1 and (getattr(checkpointing, "path", None) or getattr(checkpointing, "resume_from", None)):
+            raise ValueError(
+                f"n_init={n_init} fits would write (or resume) one checkpoint file; checkpoint with n_init=1, "
+                "one estimator per seed (random_state=seed, seed + 1, ...)"
+            )
         seed = _seed(random_state)
-        fits = [train(model=self._model_name, data=X, seed=seed + i, **parameters, **options) for i in range(n_init)]
+        if seed + n_init > 2**32:
+            raise ValueError(f"random_state={seed} with n_init={n_init} needs seeds up to {seed + n_init - 1}; "
+                             "seeds are integers in [0, 2**32)")
+        data = _named(X, getattr(self, "feature_names_in_", None))
+        fits = [train(model=self._model_name, data=data, seed=seed + i, **parameters, **options)
+                for i in range(n_init)]
         # The fit of lowest training loss (-ELBO per point), as KMeans keeps its best of n_init.
         self.fitted_ = min(fits, key=_kept_loss)
         if n_init > 1:
             self.factor_stability_ = factor_stability(fits, X)
-        else:
-            vars(self).pop("factor_stability_", None)  # a refit leaves nothing of the fit before
         return self
 
     def transform(self, X):

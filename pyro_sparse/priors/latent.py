@@ -275,7 +275,8 @@ class ThresholdedPrior(LatentPrior):
     the shifted soft-threshold (Fallah & Rozell 2022, Eq. 2); for the Laplace
     base z is exactly spike-and-slab with γ = exp(-λ0/b0) (Prop. 3.1).  With
     ``learn_threshold`` λ is a local latent with a Gamma(α0, α0/λ0) prior (mean
-    λ0; Sec. 3.2, Appendix B) and its own KL weight ``threshold_beta`` (β2).
+    λ0; Sec. 3.2, Appendix B) and its own KL weight ``threshold_beta`` (β2;
+    ``None``: β1/10, the ratio of Appendix D, whatever the model's β1).
     With ``learn_prior_threshold`` the prior's own threshold is one global
     λ_k per code, point-estimated (MAP) under the same Gamma(α0, α0/λ0): the
     prior's share of exact zeros, 1 - exp(-λ_k/b0) for the Laplace base, is
@@ -319,10 +320,12 @@ class ThresholdedPrior(LatentPrior):
 
     guide_family = "thresholded"
     site = "prior_threshold"
+    # Files written while β2 did not follow β1 were trained with 0.1.
+    former_defaults = {"threshold_beta": 0.1}
 
     def __init__(
         self, latent_dim, base, threshold, prior_scale, learn_threshold=False, threshold_concentration=3.0,
-        threshold_beta=0.1, amortized_threshold=None, kl="exact", learn_prior_threshold=False,
+        threshold_beta=None, amortized_threshold=None, kl="exact", learn_prior_threshold=False,
     ):
         super().__init__(latent_dim)
         if base not in ("laplace", "gaussian"):
@@ -347,7 +350,8 @@ class ThresholdedPrior(LatentPrior):
             raise ValueError("learn_threshold (a Gamma posterior of λ) and amortized_threshold (the encoder's λ) "
                              "exclude each other: pass amortized_threshold=False with learn_threshold=True")
         for name, value in [("threshold", 1.0 if threshold is None else threshold), ("prior_scale", prior_scale),
-                            ("threshold_beta", threshold_beta), ("threshold_concentration", threshold_concentration)]:
+                            ("threshold_beta", 1.0 if threshold_beta is None else threshold_beta),
+                            ("threshold_concentration", threshold_concentration)]:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
         kls = ("exact", "augmented", "base") if base == "laplace" else ("exact", "base")
@@ -365,7 +369,8 @@ class ThresholdedPrior(LatentPrior):
         self._sampled_threshold = None
         self.threshold = None if threshold is None else float(threshold)
         self.prior_scale, self.threshold_concentration = float(prior_scale), float(threshold_concentration)
-        self.threshold_beta, self.kl = float(threshold_beta), kl
+        self.threshold_beta = None if threshold_beta is None else float(threshold_beta)
+        self.kl = kl
 
     def guide_options(self):
         return {
@@ -407,7 +412,7 @@ class ThresholdedPrior(LatentPrior):
     def sample(self, x, kl_weight):
         if not self.learn_threshold:
             return super().sample(x, kl_weight)
-        with poutine.scale(scale=self.threshold_beta):
+        with poutine.scale(scale=kl_weight / 10 if self.threshold_beta is None else self.threshold_beta):
             threshold = pyro.sample("threshold", self._threshold_prior(x))
         with poutine.scale(scale=kl_weight):
             return pyro.sample("z", self._codes(x, threshold))
@@ -417,7 +422,7 @@ class ThresholdedLaplacePrior(ThresholdedPrior):
     """Soft-thresholded Laplace(0, b0) codes; see :class:`ThresholdedPrior`."""
 
     def __init__(self, latent_dim, threshold=0.25, prior_scale=0.1, learn_threshold=False,
-                 threshold_concentration=3.0, threshold_beta=0.1, amortized_threshold=None, kl="exact",
+                 threshold_concentration=3.0, threshold_beta=None, amortized_threshold=None, kl="exact",
                  learn_prior_threshold=False):
         super().__init__(latent_dim, "laplace", threshold, prior_scale, learn_threshold, threshold_concentration,
                          threshold_beta, amortized_threshold, kl, learn_prior_threshold)
@@ -427,7 +432,7 @@ class ThresholdedNormalPrior(ThresholdedPrior):
     """Soft-thresholded N(0, σ0²) codes (the paper's Gaussian "spread" 0.1 is σ0²); see :class:`ThresholdedPrior`."""
 
     def __init__(self, latent_dim, threshold=0.52, prior_scale=math.sqrt(0.1), learn_threshold=False,
-                 threshold_concentration=3.0, threshold_beta=0.1, amortized_threshold=None, kl="exact",
+                 threshold_concentration=3.0, threshold_beta=None, amortized_threshold=None, kl="exact",
                  learn_prior_threshold=False):
         super().__init__(latent_dim, "gaussian", threshold, prior_scale, learn_threshold, threshold_concentration,
                          threshold_beta, amortized_threshold, kl, learn_prior_threshold)

@@ -95,6 +95,17 @@ def test_nullable_dataframe_columns_are_read_as_numbers():
         as_matrix(frame.astype({"a": "Int64"}).assign(a=[1, None, 3]))
 
 
+def test_a_dataframe_of_sparse_columns_stays_sparse():
+    pandas = pytest.importorskip("pandas")
+    dense = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
+    matrix = as_matrix(pandas.DataFrame.sparse.from_spmatrix(sp.csr_matrix(dense)))
+    assert sp.issparse(matrix)
+    np.testing.assert_array_equal(matrix.toarray(), dense)
+    # Sparse columns whose implicit value is not 0 are read densely, as they hold.
+    ones = pandas.DataFrame({"a": pandas.arrays.SparseArray([1.0, 1.0, 0.0], fill_value=1.0)})
+    np.testing.assert_array_equal(as_matrix(ones).numpy().ravel(), [1, 1, 0])
+
+
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_torch_sparse_tensors_are_read_as_scipy_sparse(layout):
     dense = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]])

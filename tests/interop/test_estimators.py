@@ -223,6 +223,48 @@ def test_bad_input_names_the_problem(data):
         quick(VAE, likelihood="multinomial").fit(np.abs(data.X))
 
 
+def test_a_failed_refit_leaves_no_fit_behind(data):
+    estimator = quick(VAE, n_init=2).fit(data.X)
+    with pytest.raises(ValueError, match="NaN"):
+        estimator.fit(np.full((10, 3), np.nan))
+    # The fit of 7 features must not answer for the 3-feature data of the failed refit.
+    assert not hasattr(estimator, "fitted_") and not hasattr(estimator, "factor_stability_")
+    with pytest.raises(NotFittedError):
+        estimator.transform(data.X)
+
+
+def test_n_init_with_a_checkpoint_file_is_refused(data, tmp_path):
+    from pyro_sparse import Checkpointing
+
+    for policy in (Checkpointing(path=tmp_path / "run.ckpt"), Checkpointing(resume_from=tmp_path / "run.ckpt")):
+        with pytest.raises(ValueError, match="n_init=2 fits would write \\(or resume\\) one checkpoint file"):
+            quick(VAE, n_init=2, model_options={"checkpointing": policy}).fit(data.X)
+    assert not (tmp_path / "run.ckpt").exists()
+
+
+def test_seeds_beyond_the_range_are_refused_before_training(data):
+    with pytest.raises(ValueError, match=r"needs seeds up to 4294967296"):
+        quick(VAE, random_state=2**32 - 1, n_init=2).fit(data.X)
+    with pytest.raises(ValueError, match=r"model_options sets \['n_init'\]"):
+        quick(VAE, model_options={"n_init": 2}).fit(data.X)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_dataframes_column_names_reach_the_model(data, sparse):
+    # They were dropped before train: mask_prior="gene_sets" could not find its genes through an estimator.
+    import pandas as pd
+    import scipy.sparse
+
+    names = [f"gene{j}" for j in range(data.X.shape[1])]
+    frame = pd.DataFrame(np.abs(data.X), columns=names)
+    if sparse:
+        frame = pd.DataFrame.sparse.from_spmatrix(scipy.sparse.csr_matrix(frame.to_numpy()), columns=names)
+    gene_sets = {"first": names[:3], "second": names[3:]}
+    estimator = quick(SparseVAE, model_options={"mask_prior": "gene_sets", "gene_sets": gene_sets}).fit(frame)
+    assert estimator.fitted_.config["feature_names"] == names
+    assert list(estimator.feature_names_in_) == names
+
+
 def test_save_and_pickle_keep_the_model(data, tmp_path):
     estimator = quick(SparseVAE).fit(data.X)
     estimator.save(tmp_path / "model.pt")
