@@ -39,6 +39,12 @@ class SpikeSlabGuide(AmortizedGuide):
 
     # Model files written before the bound existed clamped log σ² at 20.
     former_defaults = {**AmortizedGuide.former_defaults, "max_log_variance": 20.0}
+    # Each spike estimator has its own schedule (train refuses the other's options).
+    option_conditions = {
+        **{name: ("spike_estimator", ("relaxed",)) for name in ("slope_start", "slope_end", "slope_warmup_epochs")},
+        **{name: ("spike_estimator", ("straight_through",))
+           for name in ("temperature_start", "temperature_end", "temperature_decay")},
+    }
 
     def __init__(
         self,

@@ -36,6 +36,10 @@ class VAE(nn.Module):
     or a latent site (see :class:`~pyro_sparse.nn.ObservationModel`).
     """
 
+    # The global σ² prior and the per-point variance floor (train refuses each with the other noise).
+    option_conditions = {"noise_nu": ("noise", ("global",)), "noise_xi": ("noise", ("global",)),
+                         "min_noise_variance": ("noise", ("heteroscedastic",))}
+
     def __init__(
         self,
         num_features,
@@ -61,6 +65,8 @@ class VAE(nn.Module):
         self.likelihood = self.observation.likelihood
         if noise not in ("global", "heteroscedastic"):
             raise ValueError(f"noise must be 'global' or 'heteroscedastic', got {noise!r}")
+        if noise == "heteroscedastic" and likelihood != "gaussian":
+            raise ValueError(f"noise='heteroscedastic' is the gaussian likelihood's; the {likelihood} has no noise")
         self.heteroscedastic = likelihood == "gaussian" and noise == "heteroscedastic"
         self.beta = float(beta)
         self.noise_nu, self.noise_xi = noise_prior_options(noise_nu, noise_xi)

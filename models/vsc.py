@@ -68,6 +68,9 @@ class VSC(nn.Module):
 
     # Model files written before shared atom norms were the default trained free atoms.
     former_defaults = {"shared_atom_norm": False}
+    # Options that act only with some decoders (train refuses them elsewhere).
+    option_conditions = {"noise_variance": ("decoder", ("linear", "conv")), "min_noise_variance": ("decoder", ("mlp",)),
+                         "hidden_dims": ("decoder", ("mlp", "linear"))}
 
     def __init__(
         self,

@@ -229,6 +229,7 @@ class SVIModel:
                                                  or hyper.get("learn_correlation")):
             raise ValueError("lkj_concentration is the LKJ prior of a learned latent correlation: pass "
                              "latent_prior='correlated' (or learn_correlation=True), or leave it out")
+        self._check_conditional_options(hyper)
         if likelihood in COUNT_LIKELIHOODS and "hidden_dims" not in hyper:
             hyper = {**self.count_networks, **hyper}
         for name in _WIDTHS:
@@ -245,6 +246,22 @@ class SVIModel:
         data_defaults = getattr(self.model, "data_defaults", None)
         hyper = data_defaults(summary, likelihood, hyper) if data_defaults is not None else hyper
         return self._encoder_defaults(likelihood, hyper)
+
+    def _check_conditional_options(self, hyper):
+        """
+        Refuse an option set away from its default where it has no effect: a
+        class's ``option_conditions`` maps an option to the setting and the
+        values of it under which the option acts (e.g. a decoder kind).
+        """
+        settings = {**self.defaults(hyper), **hyper}
+        for cls in self._option_classes(hyper):
+            for option, (setting, values) in getattr(cls, "option_conditions", {}).items():
+                default = _parameters(cls)[option].default
+                if option in hyper and hyper[option] != default and settings.get(setting) not in values:
+                    raise ValueError(
+                        f"{option}={hyper[option]!r} acts only with {setting} in {list(values)}; this run has "
+                        f"{setting}={settings.get(setting)!r}, where it would be ignored: leave it out"
+                    )
 
     def _encoder_defaults(self, likelihood, hyper):
         """

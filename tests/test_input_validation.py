@@ -327,6 +327,37 @@ def test_gaussian_noise_options_with_another_likelihood_are_named(X, model, opti
         pyro_sparse.train(model, binary, likelihood="bernoulli", **options, **TINY)
 
 
+@pytest.mark.parametrize("model, options, message", [
+    ("vsc", {"noise_variance": 0.3}, r"noise_variance=0.3 acts only with decoder in \['linear', 'conv'\]"),
+    ("vsc", {"decoder": "linear", "min_noise_variance": 0.1}, r"acts only with decoder in \['mlp'\]"),
+    ("vae", {"noise": "heteroscedastic", "noise_xi": 0.5}, r"noise_xi=0.5 acts only with noise in \['global'\]"),
+    ("vae", {"min_noise_variance": 0.1}, r"this run has noise='global', where it would be ignored"),
+    ("tvsc", {"latent_prior": "thresholded_normal", "scale_warmup_start": 0.1}, "latent_prior='thresholded_normal'"),
+    ("vsc", {"spike_estimator": "straight_through", "slope_start": 10.0}, r"spike_estimator in \['relaxed'\]"),
+    ("vsc", {"temperature_start": 2.0}, r"temperature_start=2.0 acts only with spike_estimator"),
+    ("tvsc", {"decoder": "conv", "hidden_dims": (32,)}, r"hidden_dims=\(32,\) acts only with decoder"),
+])
+def test_options_that_would_be_ignored_are_named(X, model, options, message):
+    # Each was accepted, recorded and had no effect on the fit.
+    with pytest.raises(ValueError, match=message):
+        pyro_sparse.train(model, X, **{**TINY, **options})
+
+
+def test_options_where_they_act_and_at_their_defaults_pass(X):
+    pyro_sparse.train("vsc", X, decoder="linear", noise_variance=0.3, **TINY)
+    pyro_sparse.train("vae", X, noise="heteroscedastic", min_noise_variance=0.1, **TINY)
+    pyro_sparse.train("vsc", X, spike_estimator="straight_through", temperature_start=2.0, **TINY)
+    # An estimator passes every parameter; at its default an option is no choice of the user's.
+    pyro_sparse.train("vae", X, noise="heteroscedastic", noise_xi=1.0, **TINY)
+
+
+def test_the_vae_refuses_heteroscedastic_noise_without_a_gaussian_likelihood():
+    from pyro_sparse.models import VAE
+
+    with pytest.raises(ValueError, match="noise='heteroscedastic' is the gaussian likelihood's"):
+        VAE(6, 2, likelihood="bernoulli", noise="heteroscedastic")
+
+
 def test_the_default_noise_passes_with_any_likelihood(X):
     # The VAE estimator passes noise="global" whatever its likelihood.
     pyro_sparse.train("vae", (X > 0).astype(float), likelihood="bernoulli", noise="global", **TINY)

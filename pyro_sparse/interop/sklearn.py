@@ -551,7 +551,8 @@ def choose_latent_dim(estimator, X, candidates, *, min_stability=0.9, n_jobs=Non
         raise ValueError(f"candidates must be positive integers (latent_dim values), got {candidates!r}")
     if len(set(candidates)) != len(candidates):
         raise ValueError(f"candidates repeat a latent_dim: {candidates!r}")
-    if not 0 < min_stability <= 1:
+    if not (isinstance(min_stability, (int, float, np.number)) and not isinstance(min_stability, bool)
+            and 0 < min_stability <= 1):
         raise ValueError(f"min_stability is a matched |corr| in (0, 1], got {min_stability!r}")
     fitted = Parallel(n_jobs=n_jobs)(
         delayed(_fitted_clone)(estimator, int(k), X) for k in candidates

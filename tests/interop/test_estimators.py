@@ -385,6 +385,7 @@ def test_choose_latent_dim_fits_each_candidate_as_the_estimator_would(data):
     (SparseVAE(n_init=2), [3, 3], {}, "repeat"),
     (SparseVAE(n_init=2), [2, 3], {"min_stability": 0.0}, "min_stability"),
     (SparseVAE(n_init=2), [2, 3], {"min_stability": float("nan")}, "min_stability"),
+    (SparseVAE(n_init=2), [2, 3], {"min_stability": "a"}, r"min_stability is a matched \|corr\| in \(0, 1\], got 'a'"),
     (GridSearchCV(SparseVAE(), {}), [2, 3], {}, "pyro_sparse's estimators"),
 ])
 def test_choose_latent_dim_rejects_bad_options(estimator, candidates, options, message):

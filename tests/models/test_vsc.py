@@ -335,11 +335,14 @@ def test_bad_linear_vsc_settings_are_named():
         (dict(decoder="linear", dictionary_penalty=0.0), "dictionary_penalty"),
         (dict(decoder="linear", noise_variance=-1.0), "noise_variance"),
         (dict(spike_estimator="gumbel"), "spike_estimator"),
-        (dict(temperature_start=0.4, temperature_end=0.5), "temperature"),
-        (dict(temperature_decay=1.5), "temperature_decay"),
+        (dict(spike_estimator="straight_through", temperature_start=0.4, temperature_end=0.5), "temperature_end <="),
+        (dict(spike_estimator="straight_through", temperature_decay=1.5), "temperature_decay"),
     ]:
+        quick = {**QUICK, "latent_dim": 3}
+        if options.get("decoder") == "conv":  # the conv networks have their own layers
+            del quick["hidden_dims"]
         with pytest.raises(ValueError, match=message):
-            pyro_sparse.train("vsc", X, **{**QUICK, "latent_dim": 3, **options})
+            pyro_sparse.train("vsc", X, **{**quick, **options})
 
 
 def test_linear_generator_products_and_bad_shapes():
