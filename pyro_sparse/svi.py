@@ -11,7 +11,10 @@ its constructor takes ``num_features, latent_dim, likelihood`` and its
 hyperparameters by keyword.  It may define ``data_defaults(summary,
 likelihood, hyper)``, a classmethod returning hyperparameters calibrated from
 the training data.  If its decoder should see standardised units it ends in
-a ``FeatureAffine`` named ``output_affine``.
+a ``FeatureAffine`` named ``output_affine``.  A model, prior or guide class
+may declare ``former_defaults`` (option -> the value files written before the
+option existed were trained with) and ``option_conditions`` (option ->
+(setting, values under which it acts); ``train`` refuses it elsewhere).
 """
 
 import inspect
