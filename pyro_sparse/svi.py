@@ -232,12 +232,12 @@ class SVIModel:
                                                  or hyper.get("learn_correlation")):
             raise ValueError("lkj_concentration is the LKJ prior of a learned latent correlation: pass "
                              "latent_prior='correlated' (or learn_correlation=True), or leave it out")
-        self._check_conditional_options(hyper)
-        if likelihood in COUNT_LIKELIHOODS and "hidden_dims" not in hyper:
-            hyper = {**self.count_networks, **hyper}
         for name in _WIDTHS:
             if name in hyper:
                 hyper[name] = check_hidden_dims(hyper[name], name)
+        self._check_conditional_options(hyper)
+        if likelihood in COUNT_LIKELIHOODS and "hidden_dims" not in hyper:
+            hyper = {**self.count_networks, **hyper}
         if hyper.get("encoder_hidden_dims") == ():
             raise ValueError("encoder_hidden_dims needs at least one hidden layer, e.g. (50,)")
         if "encoder_hidden_dims" in hyper and hyper.get("decoder") == "conv":
@@ -259,8 +259,13 @@ class SVIModel:
         settings = {**self.defaults(hyper), **hyper}
         for cls in self._option_classes(hyper):
             for option, (setting, values) in getattr(cls, "option_conditions", {}).items():
-                default = _parameters(cls)[option].default
-                if option in hyper and hyper[option] != default and settings.get(setting) not in values:
+                if option not in hyper or settings.get(setting) in values:
+                    continue
+                try:
+                    differs = bool(hyper[option] != _parameters(cls)[option].default)
+                except (TypeError, ValueError):  # e.g. an array, compared elementwise
+                    differs = True
+                if differs:
                     raise ValueError(
                         f"{option}={hyper[option]!r} acts only with {setting} in {list(values)}; this run has "
                         f"{setting}={settings.get(setting)!r}, where it would be ignored: leave it out"

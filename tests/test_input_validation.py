@@ -349,6 +349,8 @@ def test_options_where_they_act_and_at_their_defaults_pass(X):
     pyro_sparse.train("vsc", X, spike_estimator="straight_through", temperature_start=2.0, **TINY)
     # An estimator passes every parameter; at its default an option is no choice of the user's.
     pyro_sparse.train("vae", X, noise="heteroscedastic", noise_xi=1.0, **TINY)
+    # Widths as an array (compared once read as a tuple).
+    pyro_sparse.train("vsc", X, **{**TINY, "hidden_dims": np.array([8, 8])})
 
 
 def test_the_vae_refuses_heteroscedastic_noise_without_a_gaussian_likelihood():

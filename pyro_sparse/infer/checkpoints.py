@@ -219,9 +219,23 @@ def _check_same_run(saved, current, path):
                                                                 "registration", "layer")
                if saved.get(name) != current.get(name)]
     # Options that place a schedule as a fraction of max_epochs may change with it, the epochs they place may
-    # not (older files record no schedules).
+    # not; they are compared once every other setting is the same (older files record no schedules).
     placed, placing = (run.get("schedule", {"options": [], "epochs": {}}) for run in (saved, current))
-    for name in sorted(set(placed["epochs"]) | set(placing["epochs"])):
+    for part in ("hyperparameters", "training"):
+        names = sorted((saved[part].keys() | current[part].keys()) - {"max_epochs", "kl_warmup_epochs",
+                                                                      *placed["options"]})
+        # Older files record the user's options only, and fewer training settings.
+        names = [name for name in names if name in saved[part]]
+        changed += [(name, saved[part].get(name), current[part].get(name)) for name in names
+                    if saved[part].get(name) != current[part].get(name)]
+    if changed:
+        differences = "; ".join(f"{name}: {old!r} in the checkpoint, {new!r} now" for name, old, new in changed)
+        raise CheckpointError(
+            f"{where} was written by a run with different settings ({differences}); resume with the settings the "
+            "run started with (only max_epochs may change; where you left an option at its default, the default "
+            "may have changed since: pass the checkpoint's value)"
+        )
+    for name in sorted(set(placed["epochs"]) | set(placing["epochs"])) if "schedule" in saved else ():
         before, now = placed["epochs"].get(name), placing["epochs"].get(name)
         # None: the schedule runs to the run's own end (moves with max_epochs). Epochs are products of
         # fractions (30 * (1 - 0.7) is 9.000000000000002), so equal means equal to rounding.
@@ -232,13 +246,6 @@ def _check_same_run(saved, current, path):
                 f"(set by {', '.join(placed['options'] or placing['options'])} as a fraction of max_epochs): to "
                 f"change max_epochs, set them so that {name} stays {describe(before)}"
             )
-    for part in ("hyperparameters", "training"):
-        names = sorted((saved[part].keys() | current[part].keys()) - {"max_epochs", "kl_warmup_epochs",
-                                                                      *placed["options"]})
-        # Older files record the user's options only, and fewer training settings.
-        names = [name for name in names if name in saved[part]]
-        changed += [(name, saved[part].get(name), current[part].get(name)) for name in names
-                    if saved[part].get(name) != current[part].get(name)]
     # The default KL warm-up (and the threshold warm-up that follows it) lasts max_epochs / 4: a run extended
     # with the default would restart it part-way, so compare the lengths, not the options.
     warmups = [Schedule(kl_warmup_epochs=run["training"].get("kl_warmup_epochs")).warmup_epochs(
@@ -249,14 +256,6 @@ def _check_same_run(saved, current, path):
             f"{warmups[1]:g} (the default is max_epochs / 4): resume with "
             f"schedule=Schedule(kl_warmup_epochs={warmups[0]:g}) to change max_epochs"
         )
-    if changed:
-        differences = "; ".join(f"{name}: {old!r} in the checkpoint, {new!r} now" for name, old, new in changed)
-        raise CheckpointError(
-            f"{where} was written by a run with different settings ({differences}); resume with the settings the "
-            "run started with (only max_epochs may change; where you left an option at its default, the default "
-            "may have changed since: pass the checkpoint's value)"
-        )
-
 
 
 def _covariate_layout(config):

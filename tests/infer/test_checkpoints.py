@@ -324,6 +324,16 @@ def test_extending_a_run_keeps_the_epoch_its_feature_subsampling_ends(tmp_path):
     with pytest.raises(CheckpointError, match=r"end_epoch is the run's end; this one's is epoch 2 "):
         pyro_sparse.train("ssl_dgm", counts, max_epochs=4, feature_subsample_end_fraction=0.5,
                           checkpointing=Checkpointing(resume_from=to_the_end), **options)
+    # A changed subsample size is named as such (not as an end epoch that max_epochs could move).
+    from pyro_sparse.infer import checkpoints
+
+    with pytest.raises(CheckpointError, match=r"different settings \(feature_subsample_size: 3 in the checkpoint, None"):
+        pyro_sparse.train("ssl_dgm", counts, max_epochs=2, feature_subsample_end_fraction=0.0,
+                          checkpointing=Checkpointing(resume_from=path),
+                          **{**options, "feature_subsample_size": None, "feature_subsample_start_epoch": None})
+    # Files written before schedules were recorded resume with the same settings.
+    run = serialization.read(path, checkpoints.CHECKPOINT_FILE)[0]["run"]
+    checkpoints._check_same_run({key: value for key, value in run.items() if key != "schedule"}, run, path)
     # The same end epoch reached by other float products (1 * 0.6 and 2 * 0.3 = 0.6000000000000001) is the same.
     one_epoch = tmp_path / "one_epoch.ckpt"
     pyro_sparse.train("ssl_dgm", counts, max_epochs=1, feature_subsample_end_fraction=0.4,
