@@ -17,7 +17,6 @@ only up to those links' symmetries.
 """
 
 import argparse
-import json
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -136,15 +135,8 @@ def main():
             lines.append(f"\n{'With' if monotone else 'Without'} a monotone anchor: {len(chosen)} factors, truth "
                          f"|corr| {np.mean([f['truth_mean'] for f in chosen]):.3f}, between fits "
                          f"{np.mean([f['between_fits'] for f in chosen]):.3f}.")
-    markdown = "\n".join(lines)
-    stem = os.path.join(args.out, f"n_init_choice_correlated_{args.level}")
-    os.makedirs(args.out, exist_ok=True)
-    with open(stem + ".json", "w") as stream:
-        json.dump({"runs": [{k: v for k, v in r.items() if k != "codes"} for r in runs], "factors": factors},
-                  stream, indent=1)
-    with open(stem + ".md", "w") as stream:
-        stream.write(markdown + "\n")
-    print(markdown)
+    sr.write_results(os.path.join(args.out, f"n_init_choice_correlated_{args.level}"), "\n".join(lines),
+                     runs_key="runs", runs=runs, factors=factors)
 
 
 if __name__ == "__main__":

@@ -452,13 +452,17 @@ def main():
                    else targets_correlated(results, cells, label, model))
         lines += ["", f"## Targets (issue 18): {label}", "", "| target | measured | met |", "|---|---|---|",
                   *[f"| {target} | {measured} | {'yes' if met else '**no**'} |" for target, measured, met in targets]]
-    markdown = "\n".join(lines)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"synthetic_recovery_{args.generator}")
+    write_results(os.path.join(args.out, f"synthetic_recovery_{args.generator}"), "\n".join(lines),
+                  results=results,
+                  stability=[{"label": k[0], "level": k[1], "likelihood": k[2], **v} for k, v in cells.items()])
+
+
+def write_results(stem, markdown, runs_key="results", **parts):
+    """``stem``.md and ``stem``.json (``parts``; the runs under ``runs_key`` without their codes), and print."""
+    parts[runs_key] = [{k: v for k, v in r.items() if k != "codes"} for r in parts[runs_key]]
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
     with open(stem + ".json", "w") as stream:
-        json.dump({"results": [{k: v for k, v in r.items() if k != "codes"} for r in results],
-                   "stability": [{"label": k[0], "level": k[1], "likelihood": k[2], **v} for k, v in cells.items()]},
-                  stream, indent=1)
+        json.dump(parts, stream, indent=1)
     with open(stem + ".md", "w") as stream:
         stream.write(markdown + "\n")
     print(markdown)
