@@ -127,8 +127,10 @@ def main():
     lines += ["", f"Per true factor ({args.fits} fits): matched |corr| with the truth and between fits.", "",
               "| data seed | factor | anchors' links | monotone anchor | truth min | truth mean | between fits |",
               "|---|---|---|---|---|---|---|"]
-    lines += [f"| {f['data_seed']} | {f['factor']} | {', '.join(f['anchors'])} | {'yes' if f['monotone_anchor'] else 'no'}"
-              f" | {f['truth_min']:.2f} | {f['truth_mean']:.2f} | {f['between_fits']:.2f} |" for f in factors]
+    for f in factors:
+        anchors = ", ".join(f["anchors"]).replace("|", "\\|")  # |z| inside a table cell
+        lines.append(f"| {f['data_seed']} | {f['factor']} | {anchors} | {'yes' if f['monotone_anchor'] else 'no'} | "
+                     f"{f['truth_min']:.2f} | {f['truth_mean']:.2f} | {f['between_fits']:.2f} |")
     for monotone in (True, False):
         chosen = [f for f in factors if f["monotone_anchor"] == monotone]
         if chosen:
