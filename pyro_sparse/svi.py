@@ -218,7 +218,8 @@ class SVIModel:
         aligned to the features, in JSON).
         """
         hyper = {k: v for k, v in hyper.items() if not (k in _WIDTHS and v is None)}  # None: the default
-        noise = sorted(k for k in ("noise_nu", "noise_xi", "min_noise_variance") if k in hyper)
+        noise = sorted(k for k in ("noise_nu", "noise_xi", "min_noise_variance", "noise_variance")
+                       if hyper.get(k) is not None)
         noise += ["noise"] if hyper.get("noise", "global") != "global" else []
         if likelihood != "gaussian" and noise:
             raise ValueError(f"{noise} set the noise of the gaussian likelihood; the {likelihood} likelihood "

@@ -319,6 +319,7 @@ def test_numpy_scalar_settings_train_and_are_saved_as_numbers(X):
 @pytest.mark.parametrize("model, options, named", [
     ("ssl_dgm", {"noise_nu": 5.0}, "'noise_nu'"),
     ("vae", {"noise": "heteroscedastic", "noise_xi": 0.5}, "'noise_xi', 'noise'"),
+    ("tvsc", {"noise_variance": 0.3}, "'noise_variance'"),
 ])
 def test_gaussian_noise_options_with_another_likelihood_are_named(X, model, options, named):
     # Recorded and ignored before: the fit was the one without them.
