@@ -255,21 +255,25 @@ class SVIModel:
         """
         Refuse an option set away from its default where it has no effect: a
         class's ``option_conditions`` maps an option to the setting and the
-        values of it under which the option acts (e.g. a decoder kind).
+        values of it under which the option acts (e.g. a decoder kind), or
+        ``"given"``: whenever the setting is not None.
         """
         settings = {**self.defaults(hyper), **hyper}
         for cls in self._option_classes(hyper):
             for option, (setting, values) in getattr(cls, "option_conditions", {}).items():
-                if option not in hyper or settings.get(setting) in values:
+                value = settings.get(setting)
+                acts = value is not None if values == "given" else value in values
+                if option not in hyper or acts:
                     continue
                 try:
                     differs = bool(hyper[option] != _parameters(cls)[option].default)
                 except (TypeError, ValueError):  # e.g. an array, compared elementwise
                     differs = True
                 if differs:
+                    where = f"{setting} given" if values == "given" else f"{setting} in {list(values)}"
                     raise ValueError(
-                        f"{option}={hyper[option]!r} acts only with {setting} in {list(values)}; this run has "
-                        f"{setting}={settings.get(setting)!r}, where it would be ignored: leave it out"
+                        f"{option}={hyper[option]!r} acts only with {where}; this run has {setting}={value!r}, "
+                        "where it would be ignored: leave it out"
                     )
 
     def _encoder_defaults(self, likelihood, hyper):

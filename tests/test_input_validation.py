@@ -337,6 +337,7 @@ def test_gaussian_noise_options_with_another_likelihood_are_named(X, model, opti
     ("vsc", {"spike_estimator": "straight_through", "slope_start": 10.0}, r"spike_estimator in \['relaxed'\]"),
     ("vsc", {"temperature_start": 2.0}, r"temperature_start=2.0 acts only with spike_estimator"),
     ("tvsc", {"decoder": "conv", "hidden_dims": (32,)}, r"hidden_dims=\(32,\) acts only with decoder"),
+    ("ssl_dgm", {"lambda0_path_epochs": 5.0}, "lambda0_path_epochs=5.0 acts only with lambda0_path given"),
 ])
 def test_options_that_would_be_ignored_are_named(X, model, options, message):
     # Each was accepted, recorded and had no effect on the fit.
@@ -347,6 +348,7 @@ def test_options_that_would_be_ignored_are_named(X, model, options, message):
 def test_options_where_they_act_and_at_their_defaults_pass(X):
     pyro_sparse.train("vsc", X, decoder="linear", noise_variance=0.3, **TINY)
     pyro_sparse.train("vae", X, noise="heteroscedastic", min_noise_variance=0.1, **TINY)
+    pyro_sparse.train("ssl_dgm", X, lambda0_path=(2.0, 5.0), lambda0_path_epochs=1.0, **TINY)
     pyro_sparse.train("vsc", X, spike_estimator="straight_through", temperature_start=2.0, **TINY)
     # An estimator passes every parameter; at its default an option is no choice of the user's.
     pyro_sparse.train("vae", X, noise="heteroscedastic", noise_xi=1.0, **TINY)

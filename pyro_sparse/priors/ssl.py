@@ -61,6 +61,9 @@ class SpikeSlabLassoPrior(SitePrior):
         checkpoint.
     """
 
+    # A rung length acts only with rungs (train refuses it without a lambda0_path).
+    option_conditions = {"lambda0_path_epochs": ("lambda0_path", "given")}
+
     def __init__(self, num_features, latent_dim, lambda0=10.0, lambda1=1.0, a=1.0, b=None, gradient_averaging=0.01,
                  lambda0_path=None, lambda0_path_epochs=10.0, initial_support=None, sparse_restart=False):
         super().__init__()
