@@ -256,13 +256,14 @@ class SVIModel:
         Refuse an option set away from its default where it has no effect: a
         class's ``option_conditions`` maps an option to the setting and the
         values of it under which the option acts (e.g. a decoder kind), or
-        ``"given"``: whenever the setting is not None.
+        ``"given"``: whenever the setting is neither None nor empty.
         """
         settings = {**self.defaults(hyper), **hyper}
         for cls in self._option_classes(hyper):
             for option, (setting, values) in getattr(cls, "option_conditions", {}).items():
                 value = settings.get(setting)
-                acts = value is not None if values == "given" else value in values
+                given = value is not None and not (isinstance(value, (tuple, list)) and len(value) == 0)
+                acts = given if values == "given" else value in values
                 if option not in hyper or acts:
                     continue
                 try:

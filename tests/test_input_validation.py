@@ -338,6 +338,7 @@ def test_gaussian_noise_options_with_another_likelihood_are_named(X, model, opti
     ("vsc", {"temperature_start": 2.0}, r"temperature_start=2.0 acts only with spike_estimator"),
     ("tvsc", {"decoder": "conv", "hidden_dims": (32,)}, r"hidden_dims=\(32,\) acts only with decoder"),
     ("ssl_dgm", {"lambda0_path_epochs": 5.0}, "lambda0_path_epochs=5.0 acts only with lambda0_path given"),
+    ("ssl_dgm", {"lambda0_path": (), "lambda0_path_epochs": 5.0}, r"this run has lambda0_path=\(\)"),
 ])
 def test_options_that_would_be_ignored_are_named(X, model, options, message):
     # Each was accepted, recorded and had no effect on the fit.
