@@ -14,7 +14,8 @@ the training data.  If its decoder should see standardised units it ends in
 a ``FeatureAffine`` named ``output_affine``.  A model, prior or guide class
 may declare ``former_defaults`` (option -> the value files written before the
 option existed were trained with) and ``option_conditions`` (option ->
-(setting, values under which it acts); ``train`` refuses it elsewhere).
+(setting, values under which it acts, or ``"given"``); ``train`` refuses it
+elsewhere when set away from its default).
 """
 
 import inspect

@@ -240,11 +240,10 @@ def _check_same_run(saved, current, path):
         # None: the schedule runs to the run's own end (moves with max_epochs). Epochs are products of
         # fractions (30 * (1 - 0.7) is 9.000000000000002), so equal means equal to rounding.
         if None in (before, now) or not math.isclose(before, now, rel_tol=1e-9):
-            describe = lambda epoch: "the run's end" if epoch is None else f"epoch {epoch:.12g}"  # noqa: E731
             raise CheckpointError(
-                f"{where} was written by a run whose {name} is {describe(before)}; this one's is {describe(now)} "
-                f"(set by {', '.join(placed['options'] or placing['options'])} as a fraction of max_epochs): to "
-                f"change max_epochs, set them so that {name} stays {describe(before)}"
+                f"{where} was written by a run whose {name} is {_epoch_text(before)}; this one's is "
+                f"{_epoch_text(now)} (set by {', '.join(placed['options'] or placing['options'])} as a fraction of "
+                f"max_epochs): to change max_epochs, set them so that {name} stays {_epoch_text(before)}"
             )
     # The default KL warm-up (and the threshold warm-up that follows it) lasts max_epochs / 4: a run extended
     # with the default would restart it part-way, so compare the lengths, not the options.
@@ -256,6 +255,11 @@ def _check_same_run(saved, current, path):
             f"{warmups[1]:g} (the default is max_epochs / 4): resume with "
             f"schedule=Schedule(kl_warmup_epochs={warmups[0]:g}) to change max_epochs"
         )
+
+
+def _epoch_text(epoch):
+    """A placed schedule epoch in a message; None: it moves with the run's end."""
+    return "the run's end" if epoch is None else f"epoch {epoch:.12g}"
 
 
 def _covariate_layout(config):
