@@ -90,8 +90,10 @@ def _jsonable(value):
     """Plain Python values for the JSON configuration (numpy scalars and arrays, and tensors on any device)."""
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().tolist()
-    if isinstance(value, (tuple, list, np.ndarray, np.generic)):
-        return np.asarray(value).tolist()
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(item) for item in value]
     return value
 
 

@@ -51,7 +51,11 @@ def read_gmt(path):
 
 
 def _as_dict(gene_sets):
-    """``{set name: [genes]}`` from a boolean DataFrame (genes x sets), a dict of gene lists or a .gmt path."""
+    """
+    ``{set name: [genes]}``, in the sets' order, from a boolean DataFrame
+    (genes x sets), a dict of gene lists, a list of ``[name, genes]`` pairs
+    (the form a model file records) or a .gmt path.
+    """
     if isinstance(gene_sets, (str, os.PathLike)):
         return read_gmt(gene_sets)
     if hasattr(gene_sets, "columns") and hasattr(gene_sets, "index"):  # a pandas DataFrame, genes x sets
@@ -63,17 +67,28 @@ def _as_dict(gene_sets):
         if table.index.has_duplicates:
             raise ValueError(f"the gene-set table names genes more than once: "
                              f"{list(table.index[table.index.duplicated()].unique()[:5])}")
-        if table.columns.has_duplicates:
-            raise ValueError(f"the gene-set table repeats set names: "
-                             f"{list(table.columns[table.columns.duplicated()].unique()[:5])}")
-        return {str(column): [str(gene) for gene in table.index[table[column].to_numpy()]] for column in table}
-    if isinstance(gene_sets, dict):
-        for name, genes in gene_sets.items():
-            if isinstance(genes, (str, bytes)) or not np.iterable(genes):
-                raise TypeError(f"gene set {name!r} must be a list of gene names, got {genes!r}")
-        return {str(name): [str(gene) for gene in genes] for name, genes in gene_sets.items()}
-    raise TypeError(f"gene_sets must be a boolean pandas DataFrame (genes x sets), a dict set -> genes or the path "
-                    f"of a .gmt file, got a {type(gene_sets).__name__}")
+        names = table.columns.astype(str)
+        if names.has_duplicates:
+            raise ValueError(f"the gene-set table repeats set names (as text): "
+                             f"{list(names[names.duplicated()].unique()[:5])}")
+        return {name: [str(gene) for gene in table.index[table[column].to_numpy()]]
+                for name, column in zip(names, table)}
+    if isinstance(gene_sets, (list, tuple)) and all(isinstance(pair, (list, tuple)) and len(pair) == 2
+                                                    for pair in gene_sets):
+        pairs = list(gene_sets)
+    elif isinstance(gene_sets, dict):
+        pairs = list(gene_sets.items())
+    else:
+        raise TypeError(f"gene_sets must be a boolean pandas DataFrame (genes x sets), a dict set -> genes or the "
+                        f"path of a .gmt file, got a {type(gene_sets).__name__}")
+    for name, genes in pairs:
+        if isinstance(genes, (str, bytes)) or not np.iterable(genes):
+            raise TypeError(f"gene set {name!r} must be a list of gene names, got {genes!r}")
+    names = [str(name) for name, _ in pairs]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"gene_sets repeat the set names {repeated[:5]} (as text): rename them")
+    return {name: [str(gene) for gene in genes] for name, (_, genes) in zip(names, pairs)}
 
 
 def align_gene_sets(gene_sets, feature_names):
@@ -186,6 +201,22 @@ class GeneSetPrior(SpikeSlabLassoPrior):
         self.eta[:num_sets] = annotated.mean(0)
         self.inclusion_probs.copy_(self.prior_inclusion())
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """
+        Files written before the sets were recorded in order hold them as a
+        JSON object, whose keys were sorted: the saved membership, in the
+        factors' order, puts the names back in it.
+        """
+        saved = state_dict.get(prefix + "membership")
+        if saved is not None and saved.shape == self.membership.shape and not torch.equal(saved, self.membership):
+            columns = [tuple(column) for column in self.membership.T.tolist()]
+            order = [columns.index(tuple(column)) for column in saved.T.tolist() if tuple(column) in columns]
+            if sorted(order) != list(range(self.num_sets)):
+                raise ValueError("the saved gene-set membership does not match the recorded gene sets one to one, "
+                                 "so the factors' set names cannot be recovered: refit the model")
+            self.set_names = [self.set_names[k] for k in order]
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     @torch.no_grad()
     def initialize(self, mask):
         """
@@ -286,12 +317,14 @@ class GeneSetPrior(SpikeSlabLassoPrior):
     def resolve_options(cls, hyper, feature_names):
         """
         The options as a model file records them: ``gene_sets`` read (a .gmt
-        path), aligned to ``feature_names`` and written as a JSON dict
-        set -> genes present in the data, so ``load`` rebuilds the same prior.
+        path), aligned to ``feature_names`` and written as ``[name, genes]``
+        pairs of the genes present in the data, in the factors' order (a JSON
+        object's keys are sorted on writing), so ``load`` rebuilds the same
+        prior and a resumed run must name the sets in the same order.
         """
         if "gene_sets" not in hyper:
             raise TypeError("mask_prior='gene_sets' needs gene_sets= (a boolean DataFrame genes x sets, a dict "
                             "set -> genes or a .gmt path)")
         set_names, membership = align_gene_sets(hyper["gene_sets"], feature_names)
         names = np.asarray([str(name) for name in feature_names], dtype=object)
-        return {**hyper, "gene_sets": {name: names[column].tolist() for name, column in zip(set_names, membership.T)}}
+        return {**hyper, "gene_sets": [[name, names[column].tolist()] for name, column in zip(set_names, membership.T)]}

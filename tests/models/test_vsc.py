@@ -338,9 +338,8 @@ def test_bad_linear_vsc_settings_are_named():
         (dict(spike_estimator="straight_through", temperature_start=0.4, temperature_end=0.5), "temperature_end <="),
         (dict(spike_estimator="straight_through", temperature_decay=1.5), "temperature_decay"),
     ]:
-        quick = {**QUICK, "latent_dim": 3}
-        if options.get("decoder") == "conv":  # the conv networks have their own layers
-            del quick["hidden_dims"]
+        quick = {key: value for key, value in {**QUICK, "latent_dim": 3}.items()
+                 if options.get("decoder") != "conv" or key != "hidden_dims"}  # the conv networks' own layers
         with pytest.raises(ValueError, match=message):
             pyro_sparse.train("vsc", X, **{**quick, **options})
 

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 import pyro_sparse
+from pyro_sparse import Checkpointing
 from pyro_sparse.data.synthetic import synthetic_gene_set_counts
+from pyro_sparse.io import serialization
 
 QUICK = dict(hidden_dims=(8,), batch_size=100, max_epochs=2, progress=False, device="cpu",
              likelihood="negative_binomial")
@@ -29,7 +31,7 @@ def test_the_prior_gets_the_feature_names_and_starts_w_at_the_annotation(data):
     prior = fitted.model.site_priors["W"]
     assert prior.feature_names == list(data.feature_names) and prior.set_names == ["set0", "set1"]
     np.testing.assert_array_equal(prior.membership.numpy(), data.annotation)
-    assert fitted.config["hyperparameters"]["gene_sets"] == data.gene_sets()
+    assert fitted.config["hyperparameters"]["gene_sets"] == [list(pair) for pair in data.gene_sets().items()]
     assert fitted.config["hyperparameters"]["mask_prior"] == "gene_sets"
 
 
@@ -87,6 +89,55 @@ def test_a_gmt_file_with_unknown_genes_trains_saves_and_loads_without_the_file(d
     pyro.set_rng_seed(0)
     pd.testing.assert_frame_equal(loaded.gene_set_changes(frame(data)), changes)
     np.testing.assert_allclose(loaded.transform(frame(data)), fitted.transform(frame(data)), rtol=1e-5, atol=1e-6)
+
+
+def reversed_sets(data):
+    """The sets under names whose sorted order is not the factors' order."""
+    return dict(zip(["zeta", "alpha"], data.gene_sets().values()))
+
+
+def test_set_names_keep_the_factors_order_through_save_load_and_old_files(data, tmp_path):
+    fitted = pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, mask_prior="gene_sets",
+                               gene_sets=reversed_sets(data), **{**QUICK, "max_epochs": 1})
+    assert fitted.model.site_priors["W"].set_names == ["zeta", "alpha"]
+    fitted.save(tmp_path / "model.pt")
+    assert pyro_sparse.load(tmp_path / "model.pt").model.site_priors["W"].set_names == ["zeta", "alpha"]
+    # A file from before the sets were recorded in order: a JSON object, its keys sorted on writing.
+    config, states = serialization.read(tmp_path / "model.pt")
+    config["hyperparameters"]["gene_sets"] = dict(config["hyperparameters"]["gene_sets"])
+    serialization.write(tmp_path / "old.pt", config, states)
+    old = pyro_sparse.load(tmp_path / "old.pt")
+    assert old.model.site_priors["W"].set_names == ["zeta", "alpha"]
+    pyro.set_rng_seed(0)
+    changes = fitted.gene_set_changes(frame(data))
+    pyro.set_rng_seed(0)
+    pd.testing.assert_frame_equal(old.gene_set_changes(frame(data)), changes)
+    # Sets whose genes match no saved factor cannot be put back in order.
+    config["hyperparameters"]["gene_sets"] = {"alpha": data.gene_sets()["set0"], "zeta": data.gene_sets()["set0"]}
+    serialization.write(tmp_path / "bad.pt", config, states)
+    with pytest.raises(Exception, match="refit the model"):
+        pyro_sparse.load(tmp_path / "bad.pt")
+
+
+def test_a_resumed_run_must_name_the_sets_in_the_same_order(data, tmp_path):
+    checkpoint = Checkpointing(path=tmp_path / "run.pt")
+    pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, mask_prior="gene_sets", gene_sets=reversed_sets(data),
+                      checkpointing=checkpoint, **{**QUICK, "max_epochs": 1})
+    swapped = dict(reversed(list(reversed_sets(data).items())))
+    with pytest.raises(ValueError, match="gene_sets"):
+        pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, mask_prior="gene_sets", gene_sets=swapped,
+                          checkpointing=Checkpointing(path=tmp_path / "run.pt", resume_from=tmp_path / "run.pt"),
+                          **QUICK)
+
+
+def test_set_names_that_collide_as_text_are_refused(data):
+    sets = data.gene_sets()
+    with pytest.raises(ValueError, match=r"repeat the set names \['1'\]"):
+        pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, mask_prior="gene_sets",
+                          gene_sets={1: sets["set0"], "1": sets["set1"]}, **QUICK)
+    table = pd.DataFrame({1: [True, False], "1": [False, True]}, index=sets["set0"][:2])
+    with pytest.raises(ValueError, match=r"repeats set names \(as text\): \['1'\]"):
+        pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, mask_prior="gene_sets", gene_sets=table, **QUICK)
 
 
 def test_gene_set_changes_needs_the_gene_set_prior(data):

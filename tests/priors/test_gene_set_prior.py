@@ -242,6 +242,6 @@ def test_resolve_options_records_the_aligned_sets_as_json(tmp_path):
     with pytest.warns(UserWarning, match="name 1 of their 5 genes"):
         hyper = GeneSetPrior.resolve_options({"gene_sets": path, "inside": 0.9}, GENES)
     # In the data's order, without the absent gene: the JSON a model file keeps.
-    assert hyper == {"gene_sets": {"s1": ["A", "B"], "s2": ["C", "D"]}, "inside": 0.9}
+    assert hyper == {"gene_sets": [["s1", ["A", "B"]], ["s2", ["C", "D"]]], "inside": 0.9}
     with pytest.raises(TypeError, match="needs gene_sets="):
         GeneSetPrior.resolve_options({}, GENES)
