@@ -355,6 +355,8 @@ class _Window:
         if missing.size:
             rows = _segments(self.block_first[missing], self.block_first[missing + 1] - self.block_first[missing])
             read = self.matrix._read_file_rows(self.file_rows[rows], likelihood)
+            # Reading sums a row's repeated column indices (valid CSR): it may hold fewer entries than its slot.
+            self.lengths[rows] = np.diff(read.indptr)
             into = _segments(self.indptr[rows], self.lengths[rows])
             self.values[into], self.indices[into] = read.data, read.indices
             self.loaded[missing] = True

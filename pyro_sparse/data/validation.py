@@ -36,10 +36,16 @@ def _values(data, name):
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(data, pandas.DataFrame):
         dtypes = list(data.dtypes)
-        if any(not isinstance(dtype, np.dtype) for dtype in dtypes) and all(
+        if (len(set(dtypes)) > 1 or any(not isinstance(dtype, np.dtype) for dtype in dtypes)) and all(
                 pandas.api.types.is_numeric_dtype(dtype) for dtype in dtypes):
-            # Nullable columns (Int64, Float64, boolean) hold pandas.NA, which numpy reads as objects.
+            # Nullable columns (Int64, Float64, boolean) hold pandas.NA, and mixed columns (bool beside
+            # numbers) have no common numpy type: numpy would read either as objects.
             return data.to_numpy(dtype=np.float64, na_value=np.nan)
+    if isinstance(data, np.ma.MaskedArray):
+        if np.ma.count_masked(data):
+            raise DataError(f"{name} is a masked array with {np.ma.count_masked(data)} masked entries, which the "
+                            "models would read as data; fill or impute them (X.filled(value)) first")
+        data = data.data
     if torch.is_tensor(data):
         data = data.detach().cpu()
         if data.is_floating_point() and data.dtype not in (torch.float16, torch.float32, torch.float64):
@@ -58,6 +64,8 @@ def _canonical_csr(data, name):
     write outside the matrix) and duplicate entries summed (the checks read
     the stored values).
     """
+    if (data.dtype.kind in "biu" or data.dtype == np.float16) and not getattr(data, "has_canonical_format", False):
+        data = data.astype(np.float64)  # duplicates are summed on conversion: not in a type they can overflow
     matrix = sp.csr_matrix(data)
     try:
         matrix.check_format(full_check=True)
@@ -81,11 +89,21 @@ def as_matrix(data, name="data"):
     if torch.is_tensor(data) and data.layout != torch.strided:  # a torch sparse tensor: as scipy's
         if data.dim() != 2:
             raise DataError(f"{name} must be a 2-D (data points x features) matrix, got a {data.dim()}-D sparse tensor")
-        coo = data.detach().cpu().to_sparse_coo().coalesce()
+        if data.layout == torch.sparse_coo and data.dense_dim() > 0:
+            raise DataError(f"{name} is a hybrid sparse tensor (dense values per entry); pass data.to_dense() or a "
+                            "sparse tensor with one value per entry")
+        # Duplicates are summed by coalesce: widen first, so that counts cannot overflow their type, and
+        # half-precision values reach scipy, which has no float16, as float32.
+        coo = data.detach().cpu().to_sparse_coo()
+        if not coo.is_floating_point() or coo.dtype in (torch.float16, torch.bfloat16):
+            coo = coo.to(torch.float64 if not coo.is_floating_point() else torch.float32)
+        coo = coo.coalesce()
         data = sp.coo_matrix((coo.values().numpy(), tuple(coo.indices().numpy())), shape=tuple(coo.shape))
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(data, pandas.DataFrame) and data.shape[1] and all(
             isinstance(dtype, pandas.SparseDtype) and dtype.fill_value == 0 for dtype in data.dtypes):
+        if any(dtype.subtype == np.float16 for dtype in data.dtypes):  # scipy.sparse has no float16
+            data = data.astype(pandas.SparseDtype(np.float32, 0))
         data = data.sparse.to_coo()  # a DataFrame of sparse columns stays sparse
     if sp.issparse(data):
         original = _canonical_csr(data, name)

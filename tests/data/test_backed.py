@@ -101,6 +101,24 @@ def test_an_epoch_reads_each_block_once_through_two_windows_at_most(on_disk, X):
     assert matrix.bytes_read - before == X.nnz * (4 + 4)  # float32 values and int32 indices, each once
 
 
+def test_an_epoch_reads_rows_that_repeat_a_column_as_their_sum(tmp_path, X):
+    # Valid CSR may list a column twice in a row (the entries add up): fewer values come back than the row stores.
+    repeated = X.copy()
+    for row in range(0, NUM_CELLS, 7):
+        start, end = repeated.indptr[row], repeated.indptr[row + 1]
+        if end - start > 1:
+            repeated.indices[start + 1] = repeated.indices[start]
+    assert not repeated.has_canonical_format
+    adata = anndata.read_h5ad(write(tmp_path / "repeated.h5ad", repeated), backed="r")
+    matrix = BackedMatrix.of(adata.X, "adata.X")
+    order = matrix.epoch_order(40, torch.Generator().manual_seed(0)).numpy()
+    for start in range(0, NUM_CELLS, 40):
+        positions = order[start : start + 40]
+        np.testing.assert_array_equal(matrix.read(positions, "negative_binomial").toarray(),
+                                      repeated[positions].toarray())
+    adata.file.close()
+
+
 def test_block_order_shuffles_blocks_and_rows_within_windows():
     block_rows, window_blocks, batch = 7, 3, 16
     order, blocks = block_order(200, block_rows, window_blocks, batch, torch.Generator().manual_seed(0))

@@ -77,6 +77,32 @@ def test_sparse_entries_are_checked_as_the_matrix_holds_them():
         as_matrix(damaged)
 
 
+def test_repeated_sparse_entries_add_up_without_overflowing_their_type():
+    # 300 reads of one gene in one cell as 300 uint8 ones: their sum, 300, does not fit in uint8 (300 mod 256 = 44).
+    rows, columns = np.r_[np.zeros(300, int), 1], np.r_[np.zeros(300, int), 2]
+    counts = np.zeros((2, 3))
+    np.add.at(counts, (rows, columns), 1)
+    for dtype in (np.uint8, np.int8, np.bool_):
+        entries = np.ones(len(rows), dtype)
+        np.testing.assert_array_equal(as_matrix(sp.coo_matrix((entries, (rows, columns)), (2, 3))).toarray(), counts)
+        tensor = torch.sparse_coo_tensor(np.vstack([rows, columns]), torch.from_numpy(entries), (2, 3))
+        np.testing.assert_array_equal(as_matrix(tensor).toarray(), counts)
+
+
+def test_half_precision_sparse_masked_and_hybrid_input():
+    pandas = pytest.importorskip("pandas")
+    dense = torch.tensor([[0.0, 2.5, 0.0], [1.0, 0.0, 3.0]])
+    for half in (dense.half(), dense.bfloat16()):  # scipy.sparse has no float16
+        np.testing.assert_array_equal(as_matrix(half.to_sparse()).toarray(), dense.numpy())
+    frame = pandas.DataFrame(dense.numpy().astype(np.float16)).astype(pandas.SparseDtype(np.float16, 0))
+    np.testing.assert_array_equal(as_matrix(frame).toarray(), dense.numpy())
+    np.testing.assert_array_equal(as_matrix(np.ma.masked_array(dense.numpy())).numpy(), dense.numpy())
+    with pytest.raises(DataError, match="masked array with 1 masked entries"):
+        as_matrix(np.ma.masked_array(dense.numpy(), mask=[[True, False, False], [False, False, False]]))
+    with pytest.raises(DataError, match="hybrid sparse tensor"):
+        as_matrix(dense.to_sparse(1))
+
+
 def test_sparse_and_dense_data_have_the_same_feature_variances():
     # A feature with mean 1000 and sd 0.1: E[x²] - E[x]² in float32 cancels to 0.
     rng = np.random.default_rng(0)
@@ -93,6 +119,9 @@ def test_nullable_dataframe_columns_are_read_as_numbers():
     np.testing.assert_array_equal(as_matrix(frame).numpy(), [[1, 0.5], [2, 1.5], [3, 2.5]])
     with pytest.raises(DataError, match="NaN"):
         as_matrix(frame.astype({"a": "Int64"}).assign(a=[1, None, 3]))
+    # A bool column beside numbers: no common numpy type, still numbers.
+    mixed = pandas.DataFrame({"a": [True, False], "b": [1, 0], "c": [0.5, 2.0]})
+    np.testing.assert_array_equal(as_matrix(mixed).numpy(), [[1, 1, 0.5], [0, 0, 2.0]])
 
 
 def test_a_dataframe_of_sparse_columns_stays_sparse():
