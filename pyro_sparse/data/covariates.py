@@ -31,6 +31,15 @@ def _categories_of(table, key, name):
     return values
 
 
+def _labels(values):
+    """
+    A categorical column's values as the text its encoding compares, one form
+    for training and new data (``str`` of a value pandas hands out as a Python
+    float or Timestamp differs from numpy's text of the column's own dtype).
+    """
+    return np.asarray(values).astype(str)
+
+
 @dataclass
 class CovariateSpec:
     """
@@ -53,11 +62,11 @@ class CovariateSpec:
             try:
                 # A categorical dtype's unused categories are not categories of the data: their
                 # one-hot weights would never be trained, so a cell of one is refused as unseen.
-                categories = (list(values.cat.remove_unused_categories().cat.categories) if hasattr(values, "cat")
-                              else sorted(set(values)))
+                labels = (_labels(values.cat.remove_unused_categories().cat.categories) if hasattr(values, "cat")
+                          else _labels(values)[np.argsort(np.asarray(values), kind="stable")])
             except TypeError:
                 raise DataError(f"{name}[{key!r}] mixes types (e.g. numbers and strings); give it one type") from None
-            categorical[key] = [str(category) for category in categories]
+            categorical[key] = list(dict.fromkeys(labels.tolist()))
         continuous = {}
         for key in continuous_keys:
             values = _numbers(table, key, name)
@@ -78,7 +87,7 @@ class CovariateSpec:
         """The (N, C) float32 covariates of ``table``'s rows."""
         blocks = []
         for key, categories in self.categorical.items():
-            values = np.asarray(_categories_of(table, key, name)).astype(str)
+            values = _labels(_categories_of(table, key, name))
             index = {category: i for i, category in enumerate(categories)}
             unseen = sorted(str(value) for value in set(values) - set(index))
             if unseen:

@@ -40,6 +40,23 @@ def test_new_data_are_encoded_with_the_training_layout(obs):
         spec.encode(obs.drop(columns="batch"))
 
 
+@pytest.mark.parametrize("column", [
+    pandas.to_datetime(["2021-03-01", "2021-04-12", "2021-03-01", "2021-04-12"]),
+    pandas.Categorical(pandas.to_datetime(["2021-03-01", "2021-04-12", "2021-03-01", "2021-04-12"])),
+    np.array([0.1, 0.2, 0.1, 0.2], dtype=np.float32),
+    np.array([0.1, 0.2, 0.1, 0.2], dtype=np.float16),
+    np.array([b"r1", b"r2", b"r1", b"r2"]),
+    pandas.to_timedelta([1, 2, 1, 2], unit="h"),
+    np.array([1, 1.5, 1, 1.5], dtype=object),
+])
+def test_training_data_are_encoded_as_trained_whatever_the_column_type(obs, column):
+    # The text of a category was str() of the Python value at fitting and numpy's text at encoding:
+    # a datetime or float32 column refused its own training data as unseen.
+    spec = CovariateSpec.fit(obs.assign(run=column), batch_key="run")
+    assert spec.num_batches == 2
+    np.testing.assert_array_equal(spec.encode(obs.assign(run=column)).numpy(), [[1, 0], [0, 1], [1, 0], [0, 1]])
+
+
 def test_counterfactual_batch(obs):
     spec = CovariateSpec.fit(obs, batch_key="batch")
     swapped = spec.with_batch(spec.encode(obs), "c")
@@ -51,6 +68,8 @@ def test_counterfactual_batch(obs):
 def test_bad_columns_are_named(obs):
     with pytest.raises(DataError, match="no column 'sample'"):
         CovariateSpec.fit(obs, batch_key="sample")
+    with pytest.raises(DataError, match="mixes types"):
+        CovariateSpec.fit(obs.assign(donor=[1, "d2", 1, 1]), batch_key="donor")
     with pytest.raises(DataError, match="NaN or infinite"):
         CovariateSpec.fit(obs.assign(percent_mito=[0.1, np.nan, 0.2, 0.3]), continuous_keys=["percent_mito"])
 
