@@ -1,5 +1,7 @@
 """A trained model and guide with numpy accessors: what ``train`` and ``load`` return."""
 
+import math
+
 import numpy as np
 import torch
 from pyro import poutine
@@ -260,10 +262,18 @@ class FittedModel:
         removed: the codes are still inferred from the cell's own batch, as
         scvi-tools' ``transform_batch``); it needs a model trained with a ``batch_key``.
         """
+        counts = self.model.observation.counts
+        if isinstance(library_size, bool) or not isinstance(library_size, (int, float, np.integer, np.floating)) \
+                or not 0 < library_size < math.inf:
+            raise ValueError(f"library_size must be a positive finite number (the total each cell is scaled to), "
+                             f"got {library_size!r}")
+        if not counts and library_size != 1.0:
+            raise ValueError(f"library_size scales the proportions of the count likelihoods; the "
+                             f"{self.config['likelihood']} likelihood's expression is E[x | z] in the data's units: "
+                             "leave library_size out")
         spec = CovariateSpec.from_config(self.config.get("covariates"))
         if batch is not None and spec is None:
             raise ValueError("batch= needs a model trained with a batch_key")
-        counts = self.model.observation.counts
         pieces = []
         for piece in self._batches(X, needs_library=False):
             kwargs, decode_with = dict(piece.kwargs), {}

@@ -13,8 +13,15 @@ DISPERSIONS = ("gene", "gene-batch")
 LIBRARIES = ("observed", "latent")
 
 
-def check_library_source(latent, observed):
-    """A latent library size and an observed one (``size_factor_key``) exclude each other."""
+def check_library_source(likelihood, latent, observed):
+    """
+    An observed library size (``size_factor_key``) is the offset of the count
+    likelihoods only, and it and a latent one exclude each other.
+    """
+    if observed and likelihood not in COUNT_LIKELIHOODS:
+        raise ValueError(f"the data give library sizes (size_factor_key), which only the count likelihoods "
+                         f"{list(COUNT_LIKELIHOODS)} use; the {likelihood} likelihood would ignore them: register "
+                         "the data without size_factor_key")
     if latent and observed:
         raise ValueError("library='latent' infers each cell's library size, but the data also give one "
                          "(size_factor_key): drop one of them")
@@ -87,7 +94,7 @@ class ObservationModel(nn.Module):
         """
         if not self.latent_library:
             return (x.sum(-1) if library is None else library).log()
-        check_library_source(self.latent_library, library is not None)
+        check_library_source(self.likelihood, self.latent_library, library is not None)
         batch = self._batch(covariates, x)
         prior = dist.Normal(self.library_loc[batch], self.library_log_scale[batch].exp())
         return pyro.sample("log_library", prior, infer={"kl_warmup": False})

@@ -50,6 +50,27 @@ def test_one_call_with_a_batch_key(adata):
     assert set(table["feature"]) <= set(adata.var_names)
 
 
+@pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli", "multinomial"])
+def test_size_factors_are_refused_where_the_likelihood_has_no_library(adata, likelihood):
+    data = adata.copy()
+    data.layers["binary"] = (data.layers["counts"] > 0).astype(np.float32)
+    setup_anndata(data, layer="binary" if likelihood == "bernoulli" else "counts", size_factor_key="total")
+    with pytest.raises(ValueError, match=f"library sizes \\(size_factor_key\\).*the {likelihood} likelihood"):
+        pyro_sparse.train("vae", data, likelihood=likelihood, **QUICK)
+
+
+def test_normalized_expression_needs_a_positive_library_size_and_counts(adata):
+    fitted = pyro_sparse.train("vae", adata, likelihood="poisson", layer="counts", **{**QUICK, "max_epochs": 1})
+    for bad in (-1.0, 0.0, float("nan"), float("inf"), "1e4", True, np.full(3, 1e4)):
+        with pytest.raises(ValueError, match="library_size must be a positive finite number"):
+            fitted.get_normalized_expression(adata[:3], library_size=bad)
+    np.testing.assert_allclose(fitted.get_normalized_expression(adata[:3], library_size=np.float32(10)).sum(1), 10,
+                               rtol=1e-5)
+    gaussian = pyro_sparse.train("vae", adata, **{**QUICK, "max_epochs": 1})
+    with pytest.raises(ValueError, match="leave library_size out"):
+        gaussian.get_normalized_expression(adata[:3], library_size=1e4)
+
+
 def test_registration_is_read_by_train_and_transform(adata, tmp_path):
     data = adata.copy()
     setup_anndata(data, layer="counts", batch_key="batch", continuous_covariate_keys=["total"],
