@@ -1,5 +1,6 @@
 """``train`` and ``load``: the user-facing entry points."""
 
+import inspect
 import warnings
 
 from pyro_sparse import registry
@@ -73,7 +74,11 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
             "values; for counts use likelihood='negative_binomial' (or 'zinb', 'poisson', 'multinomial')",
             stacklevel=2,
         )
-    return entry.fit(model, dataset, int(latent_dim), settings, hyperparameters)
+    return entry.fit(model, dataset, int(latent_dim), settings, hyperparameters, keywords=_TRAIN_KEYWORDS)
+
+
+# train's own argument names, offered where a model option misspells one.
+_TRAIN_KEYWORDS = tuple(name for name in inspect.signature(train).parameters if name != "hyperparameters")
 
 
 def load(path, device="auto", latent_prior=None, mask_prior=None):

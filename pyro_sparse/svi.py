@@ -36,7 +36,7 @@ from pyro_sparse.distributions.likelihoods import COUNT_LIKELIHOODS
 from pyro_sparse.fitted import FittedModel
 from pyro_sparse.guides import GUIDE_FAMILIES, GUIDES
 from pyro_sparse.infer import checkpoints, distributed
-from pyro_sparse.infer.config import is_count, setting_hint
+from pyro_sparse.infer.config import is_count, unknown_options_error
 from pyro_sparse.infer.elbo import MaxParticleELBO, kl_terms
 from pyro_sparse.infer.loop import TrainingDivergedError, fit
 from pyro_sparse.io import serialization
@@ -147,10 +147,10 @@ def _prior_owners(name):
     return owners
 
 
-def _hint(name):
-    """Where an option that the model does not take belongs, if anywhere."""
+def _belongs(name):
+    """Which priors take an option that the model does not, if any."""
     owners = _prior_owners(name)
-    return setting_hint(name) or (f"{name!r} belongs to {' / '.join(owners)}" if owners else None)
+    return f"{name!r} belongs to {' / '.join(owners)}" if owners else None
 
 
 class SVIModel:
@@ -202,16 +202,16 @@ class SVIModel:
             names += [p for p in _parameters(guide) if p not in _SUPPLIED and p not in names]
         return names
 
-    def check_options(self, name, hyper):
-        """Reject options the model, its priors and its guide do not take, saying where each belongs."""
+    def check_options(self, name, hyper, keywords=()):
+        """
+        Reject options the model, its priors and its guide do not take, saying
+        where each belongs or which of them, the settings or the caller's own
+        ``keywords`` (``train``'s) it misspells.
+        """
         allowed = self.option_names(hyper.get("latent_prior"), hyper.get("mask_prior"))
         unknown = sorted(set(hyper) - set(allowed))
         if unknown:
-            hints = [hint for hint in map(_hint, unknown) if hint]
-            raise TypeError(
-                f"model {name!r} has no option(s) {unknown}" + (f" ({'; '.join(hints)})" if hints else "")
-                + f"; with these priors it accepts {allowed}"
-            )
+            raise unknown_options_error(name, unknown, allowed, keywords, _belongs)
 
     def resolve(self, summary, likelihood, hyper, feature_names=None):
         """
@@ -419,16 +419,17 @@ class SVIModel:
 
     # ------------------------------------------------------------ fitting
 
-    def fit(self, name, dataset, latent_dim, settings, hyper):
+    def fit(self, name, dataset, latent_dim, settings, hyper, keywords=()):
         """
         Train on ``dataset`` (a validated :class:`~pyro_sparse.data.Dataset`) and
         return a FittedModel.  With ``sparse_restart=n`` (SSL mask priors;
         ``True`` is 1) fit n + 1 times: each fit after the first starts W on
         the previous fit's ``restart_support`` and the last is the one
         returned; its history keeps the earlier fits' per-epoch training
-        losses, in order, as ``earlier_fits_train_loss``.
+        losses, in order, as ``earlier_fits_train_loss``.  ``keywords``: the
+        caller's own argument names, offered where an option misspells one.
         """
-        self.check_options(name, hyper)
+        self.check_options(name, hyper, keywords)
         if not hyper.get("sparse_restart"):
             return self._fit_once(name, dataset, latent_dim, settings, hyper)
         if settings.checkpointing.resume_from is not None:

@@ -158,8 +158,19 @@ def test_bad_arguments_are_named(data):
         pyro_sparse.train("nope", data.X)
     with pytest.raises(ValueError, match="unknown likelihood"):
         pyro_sparse.train("ssl_dgm", data.X, likelihood="gamma")
-    with pytest.raises(TypeError, match=r"no option\(s\) \['lamda0'\]"):
+    with pytest.raises(TypeError, match=r"no option\(s\) \['lamda0'\] \('lamda0': did you mean 'lambda0'\?\)"):
         pyro_sparse.train("ssl_dgm", data.X, lamda0=3.0, **QUICK)
+    # train's own arguments and the settings are offered too, the settings with where they belong.
+    for model in ("ssl_dgm", "nmf"):
+        with pytest.raises(TypeError, match="'max_epoch': did you mean 'max_epochs'"):
+            pyro_sparse.train(model, data.X, max_epoch=1)
+        with pytest.raises(TypeError, match="'laten_dim': did you mean 'latent_dim'"):
+            pyro_sparse.train(model, data.X, laten_dim=3)
+        with pytest.raises(TypeError, match=r"did you mean 'kl_warmup_epochs'\? \('kl_warmup_epochs' is a setting of "
+                                            r"Schedule"):
+            pyro_sparse.train(model, data.X, kl_warmup_epoch=3)
+    with pytest.raises(DataError, match=r"data is a path \('cells.csv'\), not data: read it first"):
+        pyro_sparse.train("ssl_dgm", "cells.csv")
     with pytest.raises(ValueError, match="latent_dim"):
         pyro_sparse.train("ssl_dgm", data.X, **{**QUICK, "latent_dim": 0})
     with pytest.raises(DataError, match="needs data"):

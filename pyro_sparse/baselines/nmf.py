@@ -14,7 +14,7 @@ from sklearn.decomposition import non_negative_factorization
 from pyro_sparse.data import DataError, DataSummary
 from pyro_sparse.data.validation import OnDisk
 from pyro_sparse.fitted import evaluation_data, top_features
-from pyro_sparse.infer.config import setting_hint
+from pyro_sparse.infer.config import unknown_options_error
 from pyro_sparse.io import serialization
 
 # The sklearn objective that is the likelihood's negative log, up to constants.
@@ -230,13 +230,14 @@ class NMF:
         """The hyperparameters ``train("nmf", ...)`` accepts (priors do not apply)."""
         return list(self._OPTIONS)
 
-    def fit(self, name, dataset, latent_dim, settings, hyper):
-        """Fit to a validated :class:`~pyro_sparse.data.Dataset`; of the training settings only ``seed`` applies."""
+    def fit(self, name, dataset, latent_dim, settings, hyper, keywords=()):
+        """
+        Fit to a validated :class:`~pyro_sparse.data.Dataset`; of the training
+        settings only ``seed`` applies.  ``keywords``: as for SVIModel.fit.
+        """
         unknown = sorted(set(hyper) - set(self._OPTIONS))
         if unknown:
-            hints = [hint for hint in map(setting_hint, unknown) if hint]
-            raise TypeError(f"model {name!r} has no option(s) {unknown}" + (f" ({'; '.join(hints)})" if hints else "")
-                            + f"; it accepts {list(self._OPTIONS)}")
+            raise unknown_options_error(name, unknown, list(self._OPTIONS), keywords)
         if dataset.covariates is not None or dataset.library is not None:
             raise ValueError(f"model {name!r} takes no covariates or library sizes (batch_key, covariate or "
                              "size_factor keys of the AnnData registration); fit an SVI model such as 'vae' for them")

@@ -1,5 +1,6 @@
 """Data entering the library: conversion to a matrix and checks of its values."""
 
+import os
 import sys
 import warnings
 
@@ -86,6 +87,10 @@ def as_matrix(data, name="data"):
     """
     if isinstance(data, OnDisk):
         return data
+    if isinstance(data, (str, bytes, os.PathLike)):
+        raise DataError(f"{name} is a path ({str(data)!r}), not data: read it first (np.load, pandas.read_csv, "
+                        "anndata.read_h5ad, or pyro_sparse.io.anndata.read_backed to keep it on disk), or pass the "
+                        "file to the command line's --data")
     if torch.is_tensor(data) and data.layout != torch.strided:  # a torch sparse tensor: as scipy's
         if data.dim() != 2:
             raise DataError(f"{name} must be a 2-D (data points x features) matrix, got a {data.dim()}-D sparse tensor")

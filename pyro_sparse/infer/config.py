@@ -14,6 +14,7 @@ Every field is checked when its object is made, so a bad value fails before
 any data is read.
 """
 
+import difflib
 import math
 from dataclasses import asdict, dataclass, field, fields
 
@@ -190,6 +191,25 @@ def setting_hint(name):
     if owner is None:
         return None
     return f"{name!r} is a setting of {owner.__name__}: pass {owner.__name__.lower()}={owner.__name__}({field_name}=...)"
+
+
+def unknown_options_error(model, unknown, accepted, keywords=(), belongs=None):
+    """
+    The TypeError for options ``model`` does not take: where each belongs (a
+    setting's config object, or ``belongs(name)``, e.g. another prior), else
+    the accepted option, setting or caller's keyword (``train``'s) it misspells.
+    """
+    settings = [f.name for config in CONFIGS.values() for f in fields(config)]
+    hints = []
+    for name in unknown:
+        hint = setting_hint(name) or (belongs(name) if belongs is not None else None)
+        close = difflib.get_close_matches(name, [*accepted, *keywords, *settings], n=1, cutoff=0.8)
+        if hint is None and close:
+            hint = f"{name!r}: did you mean {close[0]!r}?" + (f" ({setting_hint(close[0])})" if close[0] in settings
+                                                               else "")
+        hints += [hint] if hint else []
+    return TypeError(f"model {model!r} has no option(s) {unknown}" + (f" ({'; '.join(hints)})" if hints else "")
+                     + f"; it accepts {accepted}")
 
 
 @dataclass(frozen=True)
