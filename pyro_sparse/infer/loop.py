@@ -115,6 +115,11 @@ def mean_negative_elbo(model, guide, data, batch_size, device):
     return total / data.num_data
 
 
+def _completed(epochs):
+    """Where a run with ``epochs`` complete epochs stands, epochs counted from 0 (as ``history_frame``)."""
+    return f"the end of epoch {epochs - 1}" if epochs else "the start (no epoch complete)"
+
+
 def _optimizer(model, guide, settings):
     """Adam over both modules: one group for networks, one for point-estimated global sites (``global_lr``)."""
     params = list({id(p): p for p in (*model.parameters(), *guide.parameters())}.values())
@@ -358,7 +363,7 @@ class Trainer:
         for group, halved_lr in zip(self.optimizer.param_groups, halved):
             group["lr"] = halved_lr
         warnings.warn(
-            f"{error}; rolled back to the end of epoch {self.loop.epoch}, halved the learning rates to "
+            f"{error}; rolled back to {_completed(self.loop.epoch)}, halved the learning rates to "
             f"{halved} and drew fresh noise (rollback {rollbacks} of {policy.max_rollbacks})",
             stacklevel=4,
         )
@@ -372,7 +377,7 @@ class Trainer:
             saved = f" and saved in the checkpoint {str(self.checkpoint.path)!r}"
         self._finish()
         return TrainingDivergedError(
-            f"{error}; {advice}. The model is back at the end of epoch {self.loop.epoch}{saved}",
+            f"{error}; {advice}. The model is back at {_completed(self.loop.epoch)}{saved}",
             history=self.loop.history,
         )
 
