@@ -22,6 +22,7 @@ from pyro_sparse.distributions.likelihoods import LIKELIHOODS
 from pyro_sparse.infer import distributed
 from pyro_sparse.infer.config import Checkpointing, Hardware, Schedule
 from pyro_sparse.infer.loop import TrainingDivergedError
+from pyro_sparse.io import serialization
 from pyro_sparse.nn import DecoderMemoryError
 from pyro_sparse.priors import LATENT_PRIORS, MASK_PRIORS
 from pyro_sparse.registry import MODELS, training_defaults
@@ -111,6 +112,8 @@ def read_data(source, n=1000, rho=0.6, seed=0):
     if source in REAL_DATA:
         data = REAL_DATA[source]()
         return data.X, list(data.feature_names), None, data.likelihood
+    if os.path.isdir(source):
+        raise DataError(f"--data {source!r} is a directory; give one file in it")
     if not os.path.isfile(source):
         raise DataError(f"--data {source!r}: no such file (or use 'synthetic', {', '.join(REAL_DATA)})")
     reader = READERS.get(os.path.splitext(source)[1].lower())
@@ -246,7 +249,11 @@ def _write_summary(args, fitted, lines):
 def _train(args):
     X, names, truth, default_likelihood = read_data(args.data, args.n, args.rho, args.seed)
     image_shape = _image_shape(args, X.shape[1])
-    os.makedirs(args.out, exist_ok=True)  # before training: a bad --out must not cost a run
+    try:  # before training: a bad --out must not cost a run
+        os.makedirs(args.out, exist_ok=True)
+        serialization.check_writable(os.path.join(args.out, "model.pt"))
+    except OSError as error:
+        raise DataError(f"--out {args.out!r}: cannot write there ({error.strerror or error})") from None
     data = X
     if names is not None and isinstance(X, np.ndarray):
         import pandas
@@ -308,7 +315,7 @@ def build_parser():
     fit.add_argument(
         "--data", default="synthetic",
         help=f"'synthetic' (Moran et al. Eq. 9), a real data set ({', '.join(REAL_DATA)}; "
-        "see pyro_sparse.data.real) or a .csv/.tsv/.npy/.npz file",
+        "see pyro_sparse.data.real) or a .csv/.tsv/.npy/.npz/.h5ad file",
     )
     fit.add_argument(
         "--likelihood", default=None, choices=list(LIKELIHOODS),
@@ -380,6 +387,9 @@ def main(argv=None):
 _CLI_WORDS = [
     (re.compile(r"checkpointing=Checkpointing\(on_divergence='rollback'\)"), "--on-divergence rollback"),
     (re.compile(r"schedule=Schedule\(kl_warmup_epochs=([^)]*)\)"), r"--kl-warmup-epochs \1"),
+    (re.compile(r"layer=None uses adata\.X"), "without --layer adata.X is fitted"),
+    (re.compile(r"mask_prior='gene_sets' needs gene_sets= \(.*\)$"),
+     "--mask-prior gene_sets needs --option gene_sets=FILE.gmt (a .gmt file of gene sets)"),
 ]
 
 

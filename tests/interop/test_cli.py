@@ -107,6 +107,18 @@ def test_bad_input_exits_with_a_message(tmp_path, capsys):
     assert "NaN or infinite" in capsys.readouterr().err
     assert main(["train", "--data", str(tmp_path / "missing.csv"), *QUICK]) == 2
     assert "no such file" in capsys.readouterr().err
+    assert main(["train", "--data", str(tmp_path), *QUICK]) == 2
+    assert "is a directory; give one file in it" in capsys.readouterr().err
+    # An --out that cannot be written is named before any training.
+    assert main(["train", "--n", "60", "--out", str(bad / "run"), *QUICK]) == 2
+    assert f"--out {str(bad / 'run')!r}: cannot write there" in capsys.readouterr().err
+    # train's advice in the command line's words.
+    assert main(["train", "--n", "60", "--mask-prior", "gene_sets", "--out", str(tmp_path / "run"), *QUICK]) == 2
+    assert "--mask-prior gene_sets needs --option gene_sets=FILE.gmt" in capsys.readouterr().err
+    anndata = pytest.importorskip("anndata")
+    anndata.AnnData(np.ones((20, 4), np.float32)).write_h5ad(tmp_path / "cells.h5ad")
+    assert main(["train", "--data", str(tmp_path / "cells.h5ad"), "--layer", "count", *QUICK]) == 2
+    assert "no layer 'count' (it has []); without --layer adata.X is fitted" in capsys.readouterr().err
 
 
 def test_console_script_is_installed():
