@@ -21,28 +21,36 @@ class SelectedSpikeAndSlab(TorchDistribution):
             \mathrm{SpikeAndSlab}(z_k; \gamma_{pk}, \mu_{pk}, \sigma_{pk}),
         \qquad \pi_p = u^*_p / \textstyle\sum_{p'} u^*_{p'} .
 
-    The KL from a spike-and-slab posterior is registered as the
-    selection-weighted sum Σ_p π_p KL(q ‖ p_p), the term of supplement A.3.
     We normalise the weights (the paper's u* come from a sharp sigmoid and are
-    nearly one-hot) so that ``log_prob`` is the density of a proper mixture;
-    by convexity the weighted KL bounds the KL to that mixture from above, so
-    the ELBO stays a lower bound of log p(x) under it.
+    nearly one-hot) so that ``log_prob`` is the density of a proper mixture.
+    The KL from a spike-and-slab posterior to that mixture has no closed
+    form: by default none is given (``kl_divergence`` raises
+    NotImplementedError and the mean-field ELBOs estimate it by Monte Carlo).
+    Built with ``kl_objective="selection_weighted"`` (as the pseudo-input
+    prior builds it), ``kl_divergence(q, self)`` returns supplement A.3's
+    term Σ_p π_p KL(q ‖ p_p) instead: by convexity an upper bound on the KL
+    to the mixture (2-3 times it for spread-out components), so the ELBO
+    stays a lower bound of log p(x).
 
     :attr:`mean` and :attr:`variance` are the mixture's, in closed form; the
     entropy of the mixture has no closed form and is not provided.
 
     :param torch.Tensor weights: selection weights, shape ``(..., P)``, ≥ 0.
     :param SpikeAndSlab components: batch shape ``(P, K)``.
+    :param str kl_objective: ``"exact"`` (no closed form: none registered)
+        or ``"selection_weighted"`` (supplement A.3's bound).
     """
 
     arg_constraints = {"weights": constraints.independent(constraints.nonnegative, 1)}
     support = constraints.independent(constraints.real, 1)
     has_rsample = False
 
-    def __init__(self, weights, components, validate_args=None):
+    def __init__(self, weights, components, kl_objective="exact", validate_args=None):
         if not isinstance(components, SpikeAndSlab) or components.batch_shape[:-1] != weights.shape[-1:]:
             raise ValueError("components must be a SpikeAndSlab with batch shape (P, K) matching weights (..., P)")
-        self.weights, self.components = weights, components
+        if kl_objective not in ("exact", "selection_weighted"):
+            raise ValueError(f"kl_objective must be 'exact' or 'selection_weighted', got {kl_objective!r}")
+        self.weights, self.components, self.kl_objective = weights, components, kl_objective
         super().__init__(weights.shape[:-1], components.batch_shape[-1:], validate_args=validate_args)
         if self._validate_args and bool((weights.sum(-1) <= 0).any()):
             raise ValueError("the selection weights of a row are all 0: they select no component")
@@ -55,7 +63,7 @@ class SelectedSpikeAndSlab(TorchDistribution):
         new = self._get_checked_instance(SelectedSpikeAndSlab, _instance)
         batch_shape = torch.Size(batch_shape)
         new.weights = self.weights.expand(batch_shape + self.weights.shape[-1:])
-        new.components = self.components
+        new.components, new.kl_objective = self.components, self.kl_objective
         super(SelectedSpikeAndSlab, new).__init__(batch_shape, self.event_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
@@ -99,8 +107,9 @@ class SelectedSpikeAndSlab(TorchDistribution):
 
 @register_kl(Independent, SelectedSpikeAndSlab)
 def _kl_spike_and_slab_to_selected(q, p):
-    """Σ_p π_p Σ_k KL(q_k ‖ p_pk) (supplement A.3), for q a spike-and-slab with one event dim."""
-    if not isinstance(q.base_dist, SpikeAndSlab) or q.reinterpreted_batch_ndims != 1:
+    """Σ_p π_p Σ_k KL(q_k ‖ p_pk) (supplement A.3), for q a spike-and-slab with one event dim, if p asks for it."""
+    if p.kl_objective != "selection_weighted" or not isinstance(q.base_dist, SpikeAndSlab) \
+            or q.reinterpreted_batch_ndims != 1:
         raise NotImplementedError
     if q.event_shape != p.event_shape:
         raise ValueError(f"KL between codes of different sizes: {tuple(q.event_shape)} and {tuple(p.event_shape)}")

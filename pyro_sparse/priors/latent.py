@@ -251,7 +251,8 @@ class PseudoInputPrior(SpikeSlabPrior):
         # prior component without an atom would make the KL from any posterior
         # with one infinite.
         gate = encoded.gate.clamp(1e-6, 1 - 1e-6)
-        return SelectedSpikeAndSlab(weights, SpikeAndSlab(gate, encoded.loc, encoded.scale))
+        return SelectedSpikeAndSlab(weights, SpikeAndSlab(gate, encoded.loc, encoded.scale),
+                                    kl_objective="selection_weighted")
 
     def sparsity_penalty(self, prior):
         """KL(Bernoulli(mean spike probability of the pseudo-inputs) ‖ Bernoulli(α)), summed over k."""

@@ -48,7 +48,8 @@ def test_kls_refuse_codes_of_different_sizes():
     with pytest.raises(ValueError, match=r"different sizes: \(4,\) and \(1,\)"):
         kl_divergence(q, pdist.Normal(torch.zeros(1), 1.0).to_event(1))
     spike = SpikeAndSlab(torch.full((1,), 0.5), torch.zeros(1), torch.ones(1)).to_event(1)
-    prior = SelectedSpikeAndSlab(torch.ones(2), SpikeAndSlab(torch.full((2, 4), 0.5), torch.zeros(2, 4), torch.ones(2, 4)))
+    prior = SelectedSpikeAndSlab(torch.ones(2), SpikeAndSlab(torch.full((2, 4), 0.5), torch.zeros(2, 4), torch.ones(2, 4)),
+                                 kl_objective="selection_weighted")
     with pytest.raises(ValueError, match=r"different sizes: \(1,\) and \(4,\)"):
         kl_divergence(spike, prior)
     # torch's own classes dispatch to the same closed form as Pyro's.
