@@ -722,6 +722,10 @@ def test_icdf(fix, idx):
     torch.testing.assert_close(d.cdf(x)[~on_jump], u[~on_jump], rtol=1e-9, atol=1e-12)
     # icdf of a uniform draw is a draw of the law: same zero fraction.
     check_zero_fraction(x, fix.reference.spike_mass(params))
+    # The ends of the support, also where S(0) + a rounds to 1 (float32, slab mass above 0 below its epsilon).
+    ends = torch.tensor([0.0, 1.0], dtype=torch.float64).reshape((2,) + (1,) * len(d.shape())).expand((2,) + d.shape())
+    assert torch.equal(d.icdf(ends), torch.stack([torch.full(d.shape(), -math.inf, dtype=torch.float64),
+                                                  torch.full(d.shape(), math.inf, dtype=torch.float64)]))
 
 
 # -------------------------------------------------------- goodness of fit ---

@@ -62,3 +62,12 @@ def test_selection_weights_must_select_something():
     components = SpikeAndSlab(torch.full((3, 2), 0.5), torch.zeros(3, 2), torch.ones(3, 2))
     with pytest.raises(ValueError, match="all 0: they select no component"):
         SelectedSpikeAndSlab(torch.zeros(3), components, validate_args=True)
+
+
+def test_icdf_at_one_is_the_top_of_the_support_where_the_atom_rounds_up_to_it():
+    # float32: slab mass above 0 below epsilon, so S(0) + a rounds to 1 and u = 1 fell on the atom (0).
+    assert float(SpikeAndSlab(torch.tensor(0.3828), torch.tensor(-2.4124), torch.tensor(0.4599)).icdf(
+        torch.tensor(1.0))) == math.inf
+    double = dict(dtype=torch.float64)
+    assert float(ThresholdedNormal(torch.tensor(-1.0, **double), torch.tensor(0.1, **double),
+                                   torch.tensor(0.5, **double)).icdf(torch.tensor(1.0, **double))) == math.inf
