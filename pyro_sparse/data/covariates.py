@@ -56,6 +56,10 @@ class CovariateSpec:
     def fit(cls, table, batch_key=None, categorical_keys=(), continuous_keys=(), name="adata.obs"):
         """The layout of ``table``'s columns (a pandas DataFrame such as ``adata.obs``)."""
         keys = ([batch_key] if batch_key is not None else []) + [k for k in categorical_keys if k != batch_key]
+        both = sorted(set(keys) & set(continuous_keys), key=str)
+        if both:
+            raise DataError(f"{name} columns {both} are registered both as categorical (or the batch key) and as "
+                            "continuous covariates: give each column one kind")
         categorical = {}
         for key in keys:
             values = _categories_of(table, key, name)

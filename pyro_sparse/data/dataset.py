@@ -1,6 +1,7 @@
 """The data as models and the training loop see it: validated once, then split and cut into minibatches."""
 
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -89,6 +90,14 @@ class Dataset:
         matrix = as_matrix(data, name)
         check_values(matrix, likelihood, name)
         names = feature_names_of(data) if feature_names is None else list(feature_names)
+        if names is not None and len(set(map(str, names))) < len(names):
+            seen, repeated = set(), []
+            for feature in map(str, names):
+                repeated += [feature] if feature in seen and feature not in repeated else []
+                seen.add(feature)
+            warnings.warn(f"{len(repeated)} feature names repeat (e.g. {repeated[:5]}): the model's feature checks "
+                          "and tables (top_features, loadings) cannot tell those features apart; make them unique "
+                          "(e.g. adata.var_names_make_unique())", stacklevel=3)
         return cls(matrix, likelihood, names, layer, **annotations)
 
     def looks_like_counts(self):

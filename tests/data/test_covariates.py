@@ -68,6 +68,8 @@ def test_counterfactual_batch(obs):
 def test_bad_columns_are_named(obs):
     with pytest.raises(DataError, match="no column 'sample'"):
         CovariateSpec.fit(obs, batch_key="sample")
+    with pytest.raises(DataError, match=r"columns \['batch'\] are registered both as categorical"):
+        CovariateSpec.fit(obs, batch_key="batch", continuous_keys=["batch"])
     with pytest.raises(DataError, match="mixes types"):
         CovariateSpec.fit(obs.assign(donor=[1, "d2", 1, 1]), batch_key="donor")
     with pytest.raises(DataError, match="NaN or infinite"):

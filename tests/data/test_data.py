@@ -156,3 +156,10 @@ def test_a_read_only_array_is_copied_without_a_warning():
         matrix = as_matrix(frozen)
     matrix[0, 0] = 7.0  # writing to the model's copy must not touch the user's array
     assert frozen[0, 0] == 0.0
+
+
+def test_repeated_feature_names_are_warned_about():
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.DataFrame(np.arange(8.0).reshape(2, 4), columns=["a", "b", "a", "c"])
+    with pytest.warns(UserWarning, match=r"1 feature names repeat \(e.g. \['a'\]\)"):
+        Dataset.from_data(frame, "gaussian")
