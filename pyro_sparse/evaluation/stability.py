@@ -40,11 +40,16 @@ def _matched_mean(similarity):
     return float(similarity[rows, columns].sum() / max(similarity.shape))
 
 
-def _abs_correlation(a, b):
+def _standardized(a):
+    """Columns at zero mean and unit sd; a constant column (its values, not its rounded sd, say so) at 0."""
+    constant = np.ptp(a, axis=0) == 0
     with np.errstate(invalid="ignore", divide="ignore"):
-        a = (a - a.mean(0)) / a.std(0)
-        b = (b - b.mean(0)) / b.std(0)
-        return np.nan_to_num(np.abs(a.T @ b) / a.shape[0])  # a constant code correlates with nothing
+        return np.where(constant, 0.0, (a - a.mean(0)) / a.std(0))
+
+
+def _abs_correlation(a, b):
+    # A constant code correlates with nothing (the sd of a constant 0.3 rounds to 6e-17, not 0).
+    return np.nan_to_num(np.abs(_standardized(a).T @ _standardized(b)) / a.shape[0])
 
 
 def _jaccard(a, b):
@@ -66,7 +71,8 @@ def active_factors(codes, support=None, min_variance=ACTIVE_CODE_VARIANCE):
         return np.flatnonzero(np.asarray(support).any(0))
     if not (np.isfinite(min_variance) and min_variance >= 0):
         raise ValueError(f"min_variance must be a finite number >= 0, got {min_variance!r}")
-    return np.flatnonzero(np.asarray(codes).var(0) > min_variance)
+    codes = np.asarray(codes)
+    return np.flatnonzero((codes.var(0) > min_variance) & (np.ptp(codes, axis=0) > 0))
 
 
 def code_stability(codes, supports=None, min_variance=ACTIVE_CODE_VARIANCE):

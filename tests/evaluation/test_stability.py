@@ -32,6 +32,15 @@ def test_a_missing_factor_counts_zero(codes):
     assert result.code_correlation == pytest.approx(2 / 3)
 
 
+@pytest.mark.parametrize("value", [0.0, 0.3, 1 / 3, 0.7])
+def test_constant_codes_correlate_with_nothing_whatever_their_value(codes, value):
+    # A dead code in the support: its sd rounds to 6e-17 at 0.3, and two such columns scored |corr| = 1.
+    support = np.array([[1, 0], [0, 1], [1, 1]], dtype=bool)
+    dead = [np.c_[codes[:, 0], np.full(len(codes), value)] for _ in range(2)]
+    assert code_stability(dead, [support, support]).code_correlation == pytest.approx(0.5)
+    assert code_stability(dead, min_variance=0.0).code_correlation == pytest.approx(1.0)  # only the live code
+
+
 def test_rotated_factors_score_below_one(codes):
     angle = np.pi / 6
     rotation = np.array([[np.cos(angle), -np.sin(angle), 0], [np.sin(angle), np.cos(angle), 0], [0, 0, 1]])
