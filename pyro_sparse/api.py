@@ -16,7 +16,8 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
           schedule=None, checkpointing=None, hardware=None, **hyperparameters):
     """
     Fit a registered model (``pyro_sparse.MODELS``) to ``data`` and return
-    its fitted object (:class:`~pyro_sparse.fitted.FittedModel`).
+    its fitted object (:class:`~pyro_sparse.fitted.FittedModel`; for ``nmf``
+    a :class:`~pyro_sparse.baselines.nmf.FittedNMF`, without the posterior methods).
 
     :param str model: a name in ``MODELS``: ``"ssl_dgm"``, ``"vae"``, ``"vsc"``,
         ``"tvsc"``, ``"oi_vae"``, ``"nmf"``.

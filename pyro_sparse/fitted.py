@@ -70,6 +70,14 @@ def feature_labels(names, num_features):
     return labels
 
 
+def history_frame(history):
+    """A fit's per-epoch ``train_loss`` and ``validation_loss`` (where recorded) as a DataFrame indexed by epoch."""
+    import pandas as pd  # only this function needs pandas
+
+    series = {k: history.get(k) for k in ("train_loss", "validation_loss")}
+    return pd.DataFrame({k: v for k, v in series.items() if v}).rename_axis("epoch")
+
+
 def top_features(W, k=5, names=None):
     """
     For each column of ``W`` (features x factors), the ``k`` features with the
@@ -332,10 +340,11 @@ class FittedModel:
         them repeat).
         """
         _check_num_samples(num_samples)
-        prior = self._prior("W").distribution().base_dist
+        mask_prior = self._prior("W")
+        prior = mask_prior.distribution().base_dist
         if not hasattr(prior, "slab_region_probability"):
             raise AttributeError(f"support_probability needs the Spike-and-Slab Lasso mask prior ('ssl' or "
-                                 f"'gene_sets'), not {type(prior).__name__}")
+                                 f"'gene_sets'), not {type(mask_prior).__name__}")
         if self.config["likelihood"] == "multinomial":
             raise ValueError("support_probability needs a likelihood that factorises over features; the "
                              "multinomial's softmax couples them")
@@ -495,10 +504,7 @@ class FittedModel:
         epoch: the training loss (-ELBO per data point) and, when a validation
         set was held out, the validation loss.
         """
-        import pandas as pd  # only this method needs pandas
-
-        series = {k: self.history_.get(k) for k in ("train_loss", "validation_loss")}
-        return pd.DataFrame({k: v for k, v in series.items() if v}).rename_axis("epoch")
+        return history_frame(self.history_)
 
     def save(self, path):
         """Write the model to ``path`` (tensors + JSON; see :mod:`pyro_sparse.io.serialization`)."""

@@ -104,10 +104,11 @@ def to_arviz(fitted, X, num_samples=100, feature_names=None, batch_size=256):
       each draw, dims ``(data_point, feature)``; multinomial rows keep their
       observed totals.
     * ``log_likelihood``: ``x`` = log p(x_ij | z_i, globals) per data point
-      and feature for the gaussian and bernoulli likelihoods (they factorise
+      and feature for every likelihood but the multinomial (they factorise
       over features, so the sum over ``feature`` is log p(x_i | z_i) and
       ArviZ's LOO-PIT works per element); the multinomial does not factorise,
-      so there it is log p(x_i | z_i) per data point, dims ``(data_point,)``.
+      so there it is log p(x_i | z_i) per data point, dims ``(data_point,)``,
+      and LOO-PIT, which needs one value per element, does not apply.
     * ``observed_data``: ``x``.
 
     Replicates are drawn given each point's own codes, z ~ q(z | x_i), so

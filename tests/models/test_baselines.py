@@ -328,6 +328,8 @@ def test_horseshoe_training_shrinks_irrelevant_entries(synthetic, slab_ablation)
     assert mse["hs"] < 1.2 * mse["slab"], mse
     with pytest.raises(AttributeError):
         _ = fitted.eta_  # the horseshoe has no η
+    with pytest.raises(AttributeError, match="mask prior \\('ssl' or 'gene_sets'\\), not HorseshoePrior"):
+        fitted.support_probability(synthetic.X[:5])
 
 
 # ---------------------------------------------------------------------- NMF ---
@@ -352,6 +354,12 @@ def test_nmf_transform_and_loadings(counts):
     probabilities = fitted.reconstruct(test)
     np.testing.assert_allclose(probabilities.sum(1), 1.0)
     assert len(fitted.top_features(4)) == 3
+    assert list(fitted.history_frame().columns) == ["train_loss"] and len(fitted.history_frame()) == 1
+    anndata = pytest.importorskip("anndata")
+    adata = anndata.AnnData(test.astype(np.float32))
+    fitted.write_to(adata)
+    np.testing.assert_array_equal(adata.obsm["X_nmf"], codes)
+    np.testing.assert_array_equal(adata.varm["W_nmf"], fitted.W_)
 
 
 def test_nmf_poisson_heldout_likelihood(counts):
