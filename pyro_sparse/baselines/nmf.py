@@ -85,8 +85,9 @@ class FittedNMF:
         """
         if likelihood not in _LOSSES:
             raise ValueError(
-                f"nmf supports the likelihoods {sorted(_LOSSES)}, got {likelihood!r}; "
-                "fit binary data as counts with likelihood='multinomial'"
+                f"nmf supports the likelihoods {sorted(_LOSSES)}, got {likelihood!r}; fit "
+                + ("binary data" if likelihood == "bernoulli" else "counts")
+                + " with likelihood='multinomial' (the Kullback-Leibler loss: Poisson maximum likelihood)"
             )
         if not alpha >= 0:
             raise ValueError(f"alpha must be non-negative, got {alpha}")
