@@ -36,7 +36,7 @@ from pyro_sparse.distributions.likelihoods import COUNT_LIKELIHOODS
 from pyro_sparse.fitted import FittedModel
 from pyro_sparse.guides import GUIDE_FAMILIES, GUIDES
 from pyro_sparse.infer import checkpoints, distributed
-from pyro_sparse.infer.config import is_count, unknown_options_error
+from pyro_sparse.infer.config import Optimization, is_count, unknown_options_error
 from pyro_sparse.infer.elbo import MaxParticleELBO, kl_terms
 from pyro_sparse.infer.loop import TrainingDivergedError, fit
 from pyro_sparse.io import serialization
@@ -509,6 +509,12 @@ class SVIModel:
                 "can support (an atom is learned from the points that use it); use more data or fewer atoms",
                 stacklevel=4,
             )
+        global_lr = settings.optimization.global_lr
+        if global_lr is not None and not guide.unconstrained \
+                and global_lr != self.training_defaults.get("optimization", Optimization()).global_lr:
+            raise ValueError(f"global_lr={global_lr!r} sets the learning rate of point-estimated global sites (a mask "
+                             f"W, a linear dictionary, noise variances), and this {name!r} model has none: leave it "
+                             "out of Optimization")
         _log_kl_terms(model, guide, train_data, device)
         precision = settings.hardware.precision
         if precision == "bf16" and set_decoder_precision(model, precision) == 0:

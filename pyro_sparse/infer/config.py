@@ -33,6 +33,18 @@ def _require(condition, message):
         raise ValueError(message)
 
 
+def _real(value):
+    """A real number (not a bool, not text)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _plain_numbers(config):
+    """A settings object's numpy scalars as Python's (they are recorded as JSON), before any check."""
+    for name, value in vars(config).items():
+        if isinstance(value, np.generic):
+            object.__setattr__(config, name, value.item())
+
+
 @dataclass(frozen=True)
 class Optimization:
     """
@@ -60,9 +72,10 @@ class Optimization:
     particle_reduction: str = "mean"
 
     def __post_init__(self):
-        _require(self.global_lr is None or 0 < self.global_lr < math.inf,
+        _plain_numbers(self)
+        _require(self.global_lr is None or _real(self.global_lr) and 0 < self.global_lr < math.inf,
                  f"global_lr must be positive or None, got {self.global_lr!r}")
-        _require(0 < self.lr_decay <= 1, f"lr_decay must be in (0, 1], got {self.lr_decay!r}")
+        _require(_real(self.lr_decay) and 0 < self.lr_decay <= 1, f"lr_decay must be in (0, 1], got {self.lr_decay!r}")
         _require(is_count(self.num_particles), f"num_particles must be a positive integer, got {self.num_particles!r}")
         _require(self.particle_reduction in ("mean", "max"),
                  f"particle_reduction must be 'mean' or 'max', got {self.particle_reduction!r}")
@@ -90,9 +103,10 @@ class Schedule:
     early_stopping: int = None
 
     def __post_init__(self):
-        _require(self.kl_warmup_epochs is None or 0 <= self.kl_warmup_epochs < math.inf,
+        _plain_numbers(self)
+        _require(self.kl_warmup_epochs is None or _real(self.kl_warmup_epochs) and 0 <= self.kl_warmup_epochs < math.inf,
                  f"kl_warmup_epochs must be >= 0 or None, got {self.kl_warmup_epochs!r}")
-        _require(0 <= self.validation_fraction < 1,
+        _require(_real(self.validation_fraction) and 0 <= self.validation_fraction < 1,
                  f"validation_fraction must be in [0, 1), got {self.validation_fraction!r}")
         _require(self.early_stopping is None or is_count(self.early_stopping),
                  f"early_stopping must be a positive integer (epochs) or None, got {self.early_stopping!r}")
@@ -121,7 +135,8 @@ class Checkpointing:
     :param str on_divergence: when the loss or a parameter becomes NaN/inf (or the loss spikes, see
         ``spike_factor``),
         ``"raise"`` raises :class:`~pyro_sparse.infer.loop.TrainingDivergedError`
-        (its ``fitted`` is the model at the end of the last good epoch);
+        (its ``fitted`` is the model at the end of the last good epoch, or
+        under early stopping at the best validation epoch);
         ``"rollback"`` returns to the start of the epoch, halves every learning
         rate and trains on, up to ``max_rollbacks`` times.
     :param int max_rollbacks: see ``on_divergence``.
@@ -138,12 +153,19 @@ class Checkpointing:
     spike_factor: float = None
 
     def __post_init__(self):
+        _plain_numbers(self)
         _require(is_count(self.every), f"every must be a positive integer (epochs), got {self.every!r}")
         _require(self.on_divergence in ("raise", "rollback"),
                  f"on_divergence must be 'raise' or 'rollback', got {self.on_divergence!r}")
         _require(is_count(self.max_rollbacks, minimum=0),
                  f"max_rollbacks must be a non-negative integer, got {self.max_rollbacks!r}")
-        _require(self.spike_factor is None or 1 < self.spike_factor < math.inf,
+        _require(self.path is not None or self.every == 1,
+                 f"every={self.every!r} sets how often the checkpoint file is written, but no path is given: pass "
+                 "path=..., or leave every out")
+        _require(self.on_divergence == "rollback" or self.max_rollbacks == 3,
+                 f"max_rollbacks={self.max_rollbacks!r} acts only with on_divergence='rollback'; this policy raises "
+                 "on a divergence: leave it out")
+        _require(self.spike_factor is None or _real(self.spike_factor) and 1 < self.spike_factor < math.inf,
                  f"spike_factor must be > 1 or None, got {self.spike_factor!r}")
 
 

@@ -200,7 +200,8 @@ class Trainer:
         Train on ``train_data`` (a :class:`~pyro_sparse.data.Dataset`) until
         ``max_epochs`` or early stopping, resuming from a
         :class:`~pyro_sparse.infer.checkpoints.Snapshot` if given.  Returns
-        the history: per-epoch ``train_loss`` (full -ELBO / N) and
+        the history: per-epoch ``train_loss`` (the objective / N: the full
+        -ELBO after the KL warm-up, its KL weighted down during it) and
         ``validation_loss`` (-ELBO per validation point), and ``rollbacks``,
         one ``{"epoch", "step", "reason"}`` per divergence rolled back.
         """
@@ -375,9 +376,14 @@ class Trainer:
         saved = ""
         if self.checkpoint is not None and self.checkpoint.save(self.last_good):
             saved = f" and saved in the checkpoint {str(self.checkpoint.path)!r}"
+        best = ""
+        if self.settings.schedule.early_stopping and self.loop.best_state is not None:
+            losses = self.loop.history["validation_loss"]
+            best = (f"; the model returned is the best validation epoch's, epoch {losses.index(min(losses))} "
+                    "(early stopping)")
         self._finish()
         return TrainingDivergedError(
-            f"{error}; {advice}. The model is back at {_completed(self.loop.epoch)}{saved}",
+            f"{error}; {advice}. The run is back at {_completed(self.loop.epoch)}{saved}{best}",
             history=self.loop.history,
         )
 

@@ -42,7 +42,8 @@ def test_lr_decay_shrinks_every_group_after_each_epoch(X):
     np.testing.assert_allclose(encoder1, encoder2, atol=1e-6)
 
 
-@pytest.mark.parametrize("setting", [dict(global_lr=0.0), dict(global_lr=-1.0), dict(lr_decay=0.0), dict(lr_decay=1.5)])
+@pytest.mark.parametrize("setting", [dict(global_lr=0.0), dict(global_lr=-1.0), dict(lr_decay=0.0), dict(lr_decay=1.5),
+                                     dict(global_lr=True), dict(global_lr="0.1"), dict(lr_decay=None)])
 def test_bad_learning_rate_settings_are_named(X, setting):
     with pytest.raises(ValueError, match=next(iter(setting))):
         Optimization(**setting)
@@ -65,3 +66,32 @@ def test_prior_penalties_ramp_with_the_kl_warmup(X, monkeypatch):
     pyro_sparse.train("ssl_dgm", X, latent_dim=3, hidden_dims=(8,), max_epochs=4, batch_size=50,
                       schedule=Schedule(kl_warmup_epochs=2), progress=False)
     np.testing.assert_allclose(strengths, np.minimum(1.0, np.arange(1, 17) / 8))
+
+
+def test_numpy_numbers_in_every_settings_object_train_and_are_recorded_as_python_numbers(X):
+    # They passed the checks and then failed writing the JSON record, after the data had been read.
+    fitted = pyro_sparse.train(
+        "vae", X[:60], latent_dim=2, hidden_dims=(8,), max_epochs=2, batch_size=30, progress=False,
+        optimization=Optimization(num_particles=np.int64(2), lr_decay=np.float32(0.5)),
+        schedule=Schedule(kl_warmup_epochs=np.int64(1)),
+        checkpointing=pyro_sparse.Checkpointing(spike_factor=np.float64(20.0)),
+    )
+    record = fitted.config["training"]
+    assert (record["num_particles"], record["lr_decay"], record["kl_warmup_epochs"]) == (2, 0.5, 1)
+    assert type(record["num_particles"]) is int and type(record["kl_warmup_epochs"]) is int
+    for bad in (dict(kl_warmup_epochs=True), dict(kl_warmup_epochs="2"), dict(validation_fraction="0.1")):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Schedule(**bad)
+
+
+def test_settings_that_would_act_on_nothing_are_refused(X):
+    # vsc's MLP decoder has no point-estimated global site for global_lr to act on.
+    with pytest.raises(ValueError, match="global_lr=0.5 sets the learning rate of point-estimated global sites"):
+        pyro_sparse.train("vsc", X[:60], latent_dim=2, hidden_dims=(8,), max_epochs=1, progress=False,
+                          optimization=Optimization(global_lr=0.5))
+    # tvsc's own default (global_lr=0.1 for its linear dictionary) stays harmless with its MLP decoder.
+    pyro_sparse.train("tvsc", X[:60], latent_dim=2, hidden_dims=(8,), max_epochs=1, progress=False)
+    with pytest.raises(ValueError, match="every=5 sets how often the checkpoint file is written"):
+        pyro_sparse.Checkpointing(every=5)
+    with pytest.raises(ValueError, match="max_rollbacks=5 acts only with on_divergence='rollback'"):
+        pyro_sparse.Checkpointing(max_rollbacks=5)
