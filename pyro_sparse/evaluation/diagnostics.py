@@ -135,7 +135,7 @@ def to_arviz(fitted, X, num_samples=100, feature_names=None, batch_size=256):
     coords = {
         "chain": [0],
         "draw": np.arange(num_samples),
-        "data_point": np.arange(observed.shape[0]),
+        "data_point": _row_names(X, observed.shape[0]),
         "feature": feature_names,
         "latent": np.arange(fitted.config["latent_dim"]),
     }
@@ -143,6 +143,15 @@ def to_arviz(fitted, X, num_samples=100, feature_names=None, batch_size=256):
         _groups(fitted, latents, observed, replicated, log_likelihood, coords),
         attrs={"inference_library": "pyro", "model": fitted.config["model"], "likelihood": likelihood},
     )
+
+
+def _row_names(X, num_rows):
+    """The ``data_point`` coordinate: an AnnData's ``obs_names`` or a DataFrame's index, else 0..N-1."""
+    names = getattr(X, "obs_names", None)
+    if names is None and hasattr(X, "columns"):
+        names = getattr(X, "index", None)
+    names = np.asarray(names) if names is not None else np.arange(num_rows)
+    return names if names.shape == (num_rows,) else np.arange(num_rows)
 
 
 def _feature_names(fitted, feature_names):

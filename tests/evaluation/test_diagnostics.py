@@ -275,3 +275,18 @@ def test_feature_names_cannot_relabel_the_trained_features(ppca, ppca_data):
     named = pyro_sparse.train("vae", frame, latent_dim=2, hidden_dims=(8,), max_epochs=1, progress=False)
     with pytest.raises(ValueError, match="differ from the names the model was trained with"):
         to_arviz(named, frame[:5], num_samples=2, feature_names=names[::-1])
+
+
+def test_data_points_are_named_by_the_cells_or_the_frame_index(ppca_data):
+    pandas = pytest.importorskip("pandas")
+    anndata = pytest.importorskip("anndata")
+    names = [f"g{j}" for j in range(ppca_data.shape[1])]
+    frame = pandas.DataFrame(ppca_data[:6], columns=names, index=[f"cell{i}" for i in range(6)])
+    fitted = pyro_sparse.train("vae", frame, latent_dim=2, hidden_dims=(8,), max_epochs=1, batch_size=6,
+                               progress=False)
+    assert list(to_arviz(fitted, frame, num_samples=2)["observed_data"]["data_point"].values) == list(frame.index)
+    cells = anndata.AnnData(frame.to_numpy(), obs=pandas.DataFrame(index=frame.index.str.upper()),
+                            var=pandas.DataFrame(index=names))
+    data = to_arviz(fitted, cells, num_samples=2)
+    assert list(data["posterior"]["data_point"].values) == list(cells.obs_names)
+    assert list(to_arviz(fitted, frame.to_numpy(), num_samples=2)["observed_data"]["data_point"].values) == list(range(6))
