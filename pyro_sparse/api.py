@@ -75,7 +75,10 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
             "values; for counts use likelihood='negative_binomial' (or 'zinb', 'poisson', 'multinomial')",
             stacklevel=2,
         )
-    return entry.fit(model, dataset, int(latent_dim), settings, hyperparameters, keywords=_TRAIN_KEYWORDS)
+    # An entry's fit may offer train's own names where an option misspells one (registry: ``keywords``).
+    offers = "keywords" in inspect.signature(entry.fit).parameters
+    return entry.fit(model, dataset, int(latent_dim), settings, hyperparameters,
+                     **({"keywords": _TRAIN_KEYWORDS} if offers else {}))
 
 
 # train's own argument names, offered where a model option misspells one.

@@ -5,7 +5,9 @@ Adding a model is a model file in ``models/``, a guide file in ``guides/``
 when its latent prior needs a new guide family, and one line below.  An
 entry is either an :class:`~pyro_sparse.svi.SVIModel` (a Pyro model fitted
 by SVI) or any object with the same ``summary``, ``option_names``, ``fit``
-and ``load`` (``nmf``, fitted by scikit-learn).
+and ``load`` (``nmf``, fitted by scikit-learn); a ``fit`` that takes
+``keywords`` gets ``train``'s own argument names, to offer where an unknown
+option misspells one.
 """
 
 from pyro_sparse.baselines.nmf import NMF

@@ -171,6 +171,18 @@ def test_bad_arguments_are_named(data):
             pyro_sparse.train(model, data.X, kl_warmup_epoch=3)
     with pytest.raises(DataError, match=r"data is a path \('cells.csv'\), not data: read it first"):
         pyro_sparse.train("ssl_dgm", "cells.csv")
+
+
+def test_a_registry_entry_whose_fit_takes_no_keywords_still_trains(data, monkeypatch):
+    from pyro_sparse import registry
+    from pyro_sparse.baselines.nmf import NMF
+
+    class Entry(NMF):
+        def fit(self, name, dataset, latent_dim, settings, hyper):  # the protocol before `keywords`
+            return super().fit(name, dataset, latent_dim, settings, hyper)
+
+    monkeypatch.setitem(registry.MODELS, "my_nmf", Entry())
+    assert pyro_sparse.train("my_nmf", np.abs(data.X), latent_dim=2).W_.shape == (data.X.shape[1], 2)
     with pytest.raises(ValueError, match="latent_dim"):
         pyro_sparse.train("ssl_dgm", data.X, **{**QUICK, "latent_dim": 0})
     with pytest.raises(DataError, match="needs data"):

@@ -65,8 +65,10 @@ def _canonical_csr(data, name):
     write outside the matrix) and duplicate entries summed (the checks read
     the stored values).
     """
-    if (data.dtype.kind in "biu" or data.dtype == np.float16) and not getattr(data, "has_canonical_format", False):
-        data = data.astype(np.float64)  # duplicates are summed on conversion: not in a type they can overflow
+    # Duplicates are summed on conversion: not in an integer type they can overflow (bool entries stay a
+    # logical or, as scipy sums them: a pair listed twice is still 1).
+    if (data.dtype.kind in "iu" or data.dtype == np.float16) and not getattr(data, "has_canonical_format", False):
+        data = data.astype(np.float64)
     matrix = sp.csr_matrix(data)
     try:
         matrix.check_format(full_check=True)
@@ -97,11 +99,14 @@ def as_matrix(data, name="data"):
         if data.layout == torch.sparse_coo and data.dense_dim() > 0:
             raise DataError(f"{name} is a hybrid sparse tensor (dense values per entry); pass data.to_dense() or a "
                             "sparse tensor with one value per entry")
-        # Duplicates are summed by coalesce: widen first, so that counts cannot overflow their type, and
-        # half-precision values reach scipy, which has no float16, as float32.
+        # Duplicates are summed by coalesce: widen integer counts first, so that they cannot overflow their
+        # type (bool entries stay a logical or), and half-precision values reach scipy, which has no float16,
+        # as float32.
         coo = data.detach().cpu().to_sparse_coo()
-        if not coo.is_floating_point() or coo.dtype in (torch.float16, torch.bfloat16):
-            coo = coo.to(torch.float64 if not coo.is_floating_point() else torch.float32)
+        if coo.dtype in (torch.float16, torch.bfloat16):
+            coo = coo.to(torch.float32)
+        elif not coo.is_floating_point() and coo.dtype != torch.bool:
+            coo = coo.to(torch.float64)
         coo = coo.coalesce()
         data = sp.coo_matrix((coo.values().numpy(), tuple(coo.indices().numpy())), shape=tuple(coo.shape))
     pandas = sys.modules.get("pandas")

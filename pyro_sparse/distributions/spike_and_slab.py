@@ -43,15 +43,16 @@ def spike_and_slab_icdf(u, spike_mass, slab_cdf_at_zero, gate, slab_icdf):
     S⁻¹(v); on the jump it is evaluated at the harmless v = γ/2 instead
     (double where), so for γ > 0 neither the value nor its gradient is NaN
     (at γ = 0 the value is 0 and the gradient of γ is NaN: there is no slab).
-    The ends are the support's, -∞ at u = 0 and +∞ at u = 1, where rounding
-    of S(0) + a would otherwise put u = 1 on the atom or a finite value.
+    The ends are the support's, -∞ at u = 0 and, where there is a slab
+    (γ > 0), +∞ at u = 1, where rounding of S(0) + a would otherwise put
+    u = 1 on the atom or a finite value.
     """
     below = u <= slab_cdf_at_zero
     on_slab = below | (u > slab_cdf_at_zero + spike_mass)
     v = torch.where(below, u, u - spike_mass)
     v = torch.where(on_slab, v, gate / 2)
     value = torch.where(on_slab, slab_icdf(v), torch.zeros_like(v))
-    return torch.where(u >= 1, math.inf, torch.where(u <= 0, -math.inf, value))
+    return torch.where((u >= 1) & (gate > 0), math.inf, torch.where(u <= 0, -math.inf, value))
 
 
 class SpikeAndSlab(TorchDistribution):

@@ -211,6 +211,10 @@ def _check_same_run(saved, current, path):
             f"{where} was trained on different data of the same shape (feature means or variances differ); "
             "resume with the data the run started on"
         )
+    # Gene sets written before they were recorded in order are a JSON object (keys sorted): compared as a
+    # mapping; the saved membership puts the factors' names back in order when the state loads (GeneSetPrior).
+    if isinstance(saved["hyperparameters"].get("gene_sets"), dict) and "gene_sets" in current["hyperparameters"]:
+        current["hyperparameters"]["gene_sets"] = dict(current["hyperparameters"]["gene_sets"])
     for run in (saved, current):
         run["covariates"] = _covariate_layout(run.get("covariates"))
         if run.get("registration"):  # the AnnData columns training read (labels are for evaluation only)

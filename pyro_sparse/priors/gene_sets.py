@@ -208,12 +208,15 @@ class GeneSetPrior(SpikeSlabLassoPrior):
         factors' order, puts the names back in it.
         """
         saved = state_dict.get(prefix + "membership")
-        if saved is not None and saved.shape == self.membership.shape and not torch.equal(saved, self.membership):
-            columns = [tuple(column) for column in self.membership.T.tolist()]
-            order = [columns.index(tuple(column)) for column in saved.T.tolist() if tuple(column) in columns]
-            if sorted(order) != list(range(self.num_sets)):
-                raise ValueError("the saved gene-set membership does not match the recorded gene sets one to one, "
-                                 "so the factors' set names cannot be recovered: refit the model")
+        current = self.membership.cpu()  # the state is read onto the CPU, the model may be on a GPU
+        if saved is not None and saved.shape == current.shape and not torch.equal(saved.cpu(), current):
+            columns, order = current.T.tolist(), []
+            for column in saved.cpu().T.tolist():  # identical sets are interchangeable: taken in turn
+                match = next((k for k in range(self.num_sets) if k not in order and columns[k] == column), None)
+                if match is None:
+                    raise ValueError("the saved gene-set membership does not match the recorded gene sets one to "
+                                     "one, so the factors' set names cannot be recovered: refit the model")
+                order.append(match)
             self.set_names = [self.set_names[k] for k in order]
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 

@@ -82,11 +82,18 @@ def test_repeated_sparse_entries_add_up_without_overflowing_their_type():
     rows, columns = np.r_[np.zeros(300, int), 1], np.r_[np.zeros(300, int), 2]
     counts = np.zeros((2, 3))
     np.add.at(counts, (rows, columns), 1)
-    for dtype in (np.uint8, np.int8, np.bool_):
+    for dtype in (np.uint8, np.int8):
         entries = np.ones(len(rows), dtype)
         np.testing.assert_array_equal(as_matrix(sp.coo_matrix((entries, (rows, columns)), (2, 3))).toarray(), counts)
         tensor = torch.sparse_coo_tensor(np.vstack([rows, columns]), torch.from_numpy(entries), (2, 3))
         np.testing.assert_array_equal(as_matrix(tensor).toarray(), counts)
+    # Repeated bool entries stay a logical or, as scipy sums them: binary data from repeated (row, column) pairs.
+    entries = np.ones(len(rows), np.bool_)
+    binary = as_matrix(sp.coo_matrix((entries, (rows, columns)), (2, 3)))
+    np.testing.assert_array_equal(binary.toarray(), counts > 0)
+    check_values(binary, "bernoulli")
+    tensor = torch.sparse_coo_tensor(np.vstack([rows, columns]), torch.from_numpy(entries), (2, 3))
+    np.testing.assert_array_equal(as_matrix(tensor).toarray(), counts > 0)
 
 
 def test_half_precision_sparse_masked_and_hybrid_input():

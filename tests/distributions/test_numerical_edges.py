@@ -71,3 +71,5 @@ def test_icdf_at_one_is_the_top_of_the_support_where_the_atom_rounds_up_to_it():
     double = dict(dtype=torch.float64)
     assert float(ThresholdedNormal(torch.tensor(-1.0, **double), torch.tensor(0.1, **double),
                                    torch.tensor(0.5, **double)).icdf(torch.tensor(1.0, **double))) == math.inf
+    # Without a slab (gamma = 0) the law is the atom: u = 1 is 0, not the top of a slab.
+    assert SpikeAndSlab(torch.zeros(2), torch.zeros(2), torch.ones(2)).icdf(torch.tensor([0.5, 1.0])).tolist() == [0.0, 0.0]

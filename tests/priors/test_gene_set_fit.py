@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import pyro_sparse
-from pyro_sparse import Checkpointing
+from pyro_sparse import Checkpointing, Schedule
 from pyro_sparse.data.synthetic import synthetic_gene_set_counts
 from pyro_sparse.io import serialization
 
@@ -112,11 +112,38 @@ def test_set_names_keep_the_factors_order_through_save_load_and_old_files(data, 
     changes = fitted.gene_set_changes(frame(data))
     pyro.set_rng_seed(0)
     pd.testing.assert_frame_equal(old.gene_set_changes(frame(data)), changes)
+    # Two sets with the same genes are interchangeable: taken in turn.
+    same = {"zeta": data.gene_sets()["set0"], "beta": data.gene_sets()["set1"], "alpha": data.gene_sets()["set1"]}
+    twins = pyro_sparse.train("ssl_dgm", frame(data), latent_dim=4, mask_prior="gene_sets", gene_sets=same,
+                              **{**QUICK, "max_epochs": 1})
+    twins.save(tmp_path / "twins.pt")
+    twin_config, twin_states = serialization.read(tmp_path / "twins.pt")
+    twin_config["hyperparameters"]["gene_sets"] = dict(twin_config["hyperparameters"]["gene_sets"])
+    serialization.write(tmp_path / "old_twins.pt", twin_config, twin_states)
+    assert pyro_sparse.load(tmp_path / "old_twins.pt").model.site_priors["W"].set_names[0] == "zeta"
     # Sets whose genes match no saved factor cannot be put back in order.
     config["hyperparameters"]["gene_sets"] = {"alpha": data.gene_sets()["set0"], "zeta": data.gene_sets()["set0"]}
     serialization.write(tmp_path / "bad.pt", config, states)
     with pytest.raises(Exception, match="refit the model"):
         pyro_sparse.load(tmp_path / "bad.pt")
+
+
+def test_a_checkpoint_that_recorded_the_sets_as_an_object_resumes(data, tmp_path):
+    # Written before the sets were recorded in order: a JSON object, keys sorted.
+    path = tmp_path / "run.pt"
+    pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, mask_prior="gene_sets", gene_sets=reversed_sets(data),
+                      checkpointing=Checkpointing(path=path), schedule=Schedule(kl_warmup_epochs=1),
+                      **{**QUICK, "max_epochs": 1})
+    from pyro_sparse.infer import checkpoints
+
+    config, states = serialization.read(path, checkpoints.CHECKPOINT_FILE)
+    config["run"]["hyperparameters"]["gene_sets"] = dict(config["run"]["hyperparameters"]["gene_sets"])
+    serialization.write(path, config, states, checkpoints.CHECKPOINT_FILE)
+    resumed = pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, mask_prior="gene_sets",
+                                gene_sets=reversed_sets(data), checkpointing=Checkpointing(resume_from=path),
+                                schedule=Schedule(kl_warmup_epochs=1), **QUICK)
+    assert resumed.model.site_priors["W"].set_names == ["zeta", "alpha"]
+    assert len(resumed.history_["train_loss"]) == QUICK["max_epochs"]
 
 
 def test_a_resumed_run_must_name_the_sets_in_the_same_order(data, tmp_path):
