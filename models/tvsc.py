@@ -67,7 +67,8 @@ class TVSC(nn.Module):
     # Model files written before shared atom norms were the default trained free atoms.
     former_defaults = {"shared_atom_norm": False}
     # The conv generator and encoder have their own layers (train refuses hidden_dims with them).
-    option_conditions = {"hidden_dims": ("decoder", ("mlp", "linear"))}
+    option_conditions = {"hidden_dims": ("decoder", ("mlp", "linear")), "dictionary_penalty": ("decoder", ("linear",)),
+                         "shared_atom_norm": ("decoder", ("linear",))}
 
     def __init__(
         self,

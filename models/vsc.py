@@ -70,7 +70,8 @@ class VSC(nn.Module):
     former_defaults = {"shared_atom_norm": False}
     # Options that act only with some decoders (train refuses them elsewhere).
     option_conditions = {"noise_variance": ("decoder", ("linear", "conv")), "min_noise_variance": ("decoder", ("mlp",)),
-                         "hidden_dims": ("decoder", ("mlp", "linear"))}
+                         "hidden_dims": ("decoder", ("mlp", "linear")), "dictionary_penalty": ("decoder", ("linear",)),
+                         "shared_atom_norm": ("decoder", ("linear",))}
 
     def __init__(
         self,

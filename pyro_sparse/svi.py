@@ -227,15 +227,6 @@ class SVIModel:
         if likelihood != "gaussian" and noise:
             raise ValueError(f"{noise} set the noise of the gaussian likelihood; the {likelihood} likelihood "
                              "has none: leave them out")
-        linear_only = sorted(k for k in ("dictionary_penalty", "shared_atom_norm") if k in hyper)
-        if linear_only and hyper.get("decoder", "mlp") != "linear":
-            raise ValueError(f"{linear_only} are options of the linear decoder (x ≈ A z); the "
-                             f"{hyper.get('decoder', 'mlp')!r} decoder has no dictionary: pass decoder='linear' or "
-                             "leave them out")
-        if "lkj_concentration" in hyper and not (hyper.get("latent_prior") == "correlated"
-                                                 or hyper.get("learn_correlation")):
-            raise ValueError("lkj_concentration is the LKJ prior of a learned latent correlation: pass "
-                             "latent_prior='correlated' (or learn_correlation=True), or leave it out")
         for name in _WIDTHS:
             if name in hyper:
                 hyper[name] = check_hidden_dims(hyper[name], name)

@@ -116,6 +116,8 @@ class NormalPrior(LatentPrior):
     sparse_codes = False
     site = "latent_correlation"
 
+    option_conditions = {"lkj_concentration": ("learn_correlation", (True,))}
+
     def __init__(self, latent_dim, prior_covariance=None, learn_correlation=False, lkj_concentration=2.0,
                  initial_correlation=None):
         super().__init__(latent_dim)
@@ -161,6 +163,8 @@ class CorrelatedNormalPrior(NormalPrior):
     ``latent_prior="correlated"``: :class:`NormalPrior` with a learned
     correlation matrix under an LKJ(``lkj_concentration``) prior.
     """
+
+    option_conditions = {}  # the correlation is always learned
 
     def __init__(self, latent_dim, lkj_concentration=2.0, initial_correlation=None):
         super().__init__(latent_dim, learn_correlation=True, lkj_concentration=lkj_concentration,
