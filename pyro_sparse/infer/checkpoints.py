@@ -185,11 +185,30 @@ def load(path, run_config):
         config, states = serialization.read(path, CHECKPOINT_FILE)
     except serialization.ModelFileError as error:
         raise CheckpointError(str(error)) from None
-    _check_same_run(config.pop("run"), run_config, path)
+    _check_same_run(config.pop("run"), run_config, path, states["model"])
     return Snapshot(config, states)
 
 
-def _check_same_run(saved, current, path):
+def _gene_set_order(sets, feature_names, model_state):
+    """
+    The names of ``sets`` ([name, genes] pairs) in the order of a checkpoint's factors, read from its saved
+    membership (for checkpoints that recorded the sets as a JSON object, keys sorted); None if they do not match.
+    """
+    membership = next((v for k, v in model_state.items() if k.endswith("membership")), None)
+    if membership is None or feature_names is None:
+        return None
+    names = [str(name) for name in feature_names]
+    columns = {name: [feature in set(genes) for feature in names] for name, genes in sets}
+    order = []
+    for column in membership.cpu().T.tolist():
+        match = next((name for name in columns if name not in order and columns[name] == column), None)
+        if match is None:
+            return None
+        order.append(match)
+    return order
+
+
+def _check_same_run(saved, current, path, model_state=None):
     # Round-trip through JSON so that tuples, numpy scalars, ... compare as they were saved.
     current = json.loads(json.dumps(current))
     where = f"the checkpoint {str(path)!r}"
@@ -212,9 +231,14 @@ def _check_same_run(saved, current, path):
             "resume with the data the run started on"
         )
     # Gene sets written before they were recorded in order are a JSON object (keys sorted): compared as a
-    # mapping; the saved membership puts the factors' names back in order when the state loads (GeneSetPrior).
+    # mapping, and the order of the factors, which this run records, read from the saved membership.
     if isinstance(saved["hyperparameters"].get("gene_sets"), dict) and "gene_sets" in current["hyperparameters"]:
-        current["hyperparameters"]["gene_sets"] = dict(current["hyperparameters"]["gene_sets"])
+        sets = current["hyperparameters"]["gene_sets"]
+        order = _gene_set_order(sets, current.get("feature_names"), model_state or {})
+        if order is not None and order != [name for name, _ in sets]:
+            raise CheckpointError(f"{where} holds the gene sets in the factor order {order}; this run passes them "
+                                  f"as {[name for name, _ in sets]}: resume with the sets in the checkpoint's order")
+        current["hyperparameters"]["gene_sets"] = dict(sets)
     for run in (saved, current):
         run["covariates"] = _covariate_layout(run.get("covariates"))
         if run.get("registration"):  # the AnnData columns training read (labels are for evaluation only)

@@ -143,7 +143,14 @@ def test_a_checkpoint_that_recorded_the_sets_as_an_object_resumes(data, tmp_path
                                 gene_sets=reversed_sets(data), checkpointing=Checkpointing(resume_from=path),
                                 schedule=Schedule(kl_warmup_epochs=1), **QUICK)
     assert resumed.model.site_priors["W"].set_names == ["zeta", "alpha"]
+    assert [name for name, _ in resumed.config["hyperparameters"]["gene_sets"]] == ["zeta", "alpha"]
     assert len(resumed.history_["train_loss"]) == QUICK["max_epochs"]
+    # The object lost the order; the saved membership keeps it, and a run passing another order is refused.
+    swapped = dict(reversed(list(reversed_sets(data).items())))
+    with pytest.raises(Exception, match=r"factor order \['zeta', 'alpha'\]; this run passes them as \['alpha', 'zeta'\]"):
+        pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, mask_prior="gene_sets", gene_sets=swapped,
+                          checkpointing=Checkpointing(resume_from=path), schedule=Schedule(kl_warmup_epochs=1),
+                          **QUICK)
 
 
 def test_a_resumed_run_must_name_the_sets_in_the_same_order(data, tmp_path):
