@@ -24,7 +24,7 @@ Pipeline
    .. math::  R(f) = |f| \exp(-(|f| / f_0)^4),
 
    with ``|f|`` the radial frequency in cycles/pixel and ``f_0 = 0.4`` cycles/pixel
-   (0.4 N cycles/picture for an N x N image -- 200 cycles/picture for their 512 x 512
+   (0.4 N cycles/picture for an N x N image -- about 200 (204.8) for their 512 x 512
    images -- i.e. 0.8 of the Nyquist frequency 0.5 cycles/pixel). The ``|f|`` factor
    flattens the ~1/``|f|^2`` power spectrum of natural images (it removes the DC
    component too); the ``exp(-(|f|/f_0)^4)`` factor rolls off the highest
