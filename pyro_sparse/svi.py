@@ -437,7 +437,8 @@ class SVIModel:
         return fitted
 
     def _fit_once(self, name, dataset, latent_dim, settings, hyper):
-        check_library_source(dataset.likelihood, hyper.get("library") == "latent", dataset.library is not None)  # before any work
+        # Before any work.
+        check_library_source(dataset.likelihood, hyper.get("library") == "latent", dataset.library is not None)
         device = resolve_device(settings.device)
         if settings.hardware.strategy == "ddp":
             device = distributed.init_process_group(device)

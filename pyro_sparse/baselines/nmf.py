@@ -14,8 +14,8 @@ from sklearn.decomposition import non_negative_factorization
 from pyro_sparse.data import DataError, DataSummary
 from pyro_sparse.data.validation import OnDisk
 from pyro_sparse.fitted import evaluation_data, history_frame, top_features
-from pyro_sparse.io import anndata as anndata_io
 from pyro_sparse.infer.config import unknown_options_error
+from pyro_sparse.io import anndata as anndata_io
 from pyro_sparse.io import serialization
 
 # The sklearn objective that is the likelihood's negative log, up to constants.
@@ -160,8 +160,8 @@ class FittedNMF:
         """The fit's training loss (scikit-learn's final reconstruction error) as a DataFrame indexed by epoch."""
         return history_frame(self.history_)
 
-    def write_to(self, adata, key="nmf"):
-        """Store the codes in ``adata.obsm["X_<key>"]`` and W in ``adata.varm["W_<key>"]``."""
+    def write_to(self, adata, key=None):
+        """Store the codes in ``adata.obsm["X_<key>"]`` and W in ``adata.varm["W_<key>"]`` (key: ``"nmf"``)."""
         anndata_io.write_to(self, adata, key)
 
     def _check(self, X):

@@ -2,6 +2,7 @@
 
 import functools
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -90,11 +91,8 @@ class Dataset:
         matrix = as_matrix(data, name)
         check_values(matrix, likelihood, name)
         names = feature_names_of(data) if feature_names is None else list(feature_names)
-        if names is not None and len(set(map(str, names))) < len(names):
-            seen, repeated = set(), []
-            for feature in map(str, names):
-                repeated += [feature] if feature in seen and feature not in repeated else []
-                seen.add(feature)
+        repeated = [name for name, count in Counter(map(str, names or [])).items() if count > 1]
+        if repeated:
             warnings.warn(f"{len(repeated)} feature names repeat (e.g. {repeated[:5]}): the model's feature checks "
                           "and tables (top_features, loadings) cannot tell those features apart; make them unique "
                           "(e.g. adata.var_names_make_unique())", stacklevel=3)

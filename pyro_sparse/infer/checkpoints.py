@@ -26,6 +26,7 @@ from pyro_sparse.data.covariates import CovariateSpec
 from pyro_sparse.data.validation import DataError
 from pyro_sparse.infer.config import Schedule
 from pyro_sparse.io import serialization
+from pyro_sparse.priors.gene_sets import match_membership
 
 CHECKPOINT_FILE = serialization.FileFormat("pyro_sparse.checkpoint", 1, "pyro_sparse training checkpoint")
 
@@ -198,14 +199,9 @@ def _gene_set_order(sets, feature_names, model_state):
     if membership is None or feature_names is None:
         return None
     names = [str(name) for name in feature_names]
-    columns = {name: [feature in set(genes) for feature in names] for name, genes in sets}
-    order = []
-    for column in membership.cpu().T.tolist():
-        match = next((name for name in columns if name not in order and columns[name] == column), None)
-        if match is None:
-            return None
-        order.append(match)
-    return order
+    columns = [[feature in set(genes) for feature in names] for _, genes in sets]
+    order = match_membership(columns, membership.cpu().T.tolist())
+    return None if order is None else [sets[k][0] for k in order]
 
 
 def _check_same_run(saved, current, path, model_state=None):

@@ -104,7 +104,8 @@ class Schedule:
 
     def __post_init__(self):
         _plain_numbers(self)
-        _require(self.kl_warmup_epochs is None or _real(self.kl_warmup_epochs) and 0 <= self.kl_warmup_epochs < math.inf,
+        warmup = self.kl_warmup_epochs
+        _require(warmup is None or _real(warmup) and 0 <= warmup < math.inf,
                  f"kl_warmup_epochs must be >= 0 or None, got {self.kl_warmup_epochs!r}")
         _require(_real(self.validation_fraction) and 0 <= self.validation_fraction < 1,
                  f"validation_fraction must be in [0, 1), got {self.validation_fraction!r}")
@@ -159,10 +160,10 @@ class Checkpointing:
                  f"on_divergence must be 'raise' or 'rollback', got {self.on_divergence!r}")
         _require(is_count(self.max_rollbacks, minimum=0),
                  f"max_rollbacks must be a non-negative integer, got {self.max_rollbacks!r}")
-        _require(self.path is not None or self.every == 1,
+        _require(self.path is not None or self.every == Checkpointing.every,
                  f"every={self.every!r} sets how often the checkpoint file is written, but no path is given: pass "
                  "path=..., or leave every out")
-        _require(self.on_divergence == "rollback" or self.max_rollbacks == 3,
+        _require(self.on_divergence == "rollback" or self.max_rollbacks == Checkpointing.max_rollbacks,
                  f"max_rollbacks={self.max_rollbacks!r} acts only with on_divergence='rollback'; this policy raises "
                  "on a divergence: leave it out")
         _require(self.spike_factor is None or _real(self.spike_factor) and 1 < self.spike_factor < math.inf,
@@ -250,17 +251,15 @@ class TrainingSettings:
     hardware: Hardware = field(default_factory=Hardware)
 
     def __post_init__(self):
+        _plain_numbers(self)  # also because random.seed refuses np.int64
         _require(is_count(self.max_epochs), f"max_epochs must be a positive integer, got {self.max_epochs!r}")
         _require(is_count(self.batch_size), f"batch_size must be a positive integer, got {self.batch_size!r}")
         # numpy's seeds (pyro.set_rng_seed seeds it too) are integers in [0, 2**32).
         _require(is_count(self.seed, minimum=0) and self.seed < 2**32,
                  f"seed must be an integer in [0, 2**32), got {self.seed!r}")
-        _require(isinstance(self.lr, (int, float, np.number)) and not isinstance(self.lr, (bool, np.bool_))
-                 and 0 < self.lr < math.inf, f"lr must be positive and finite, got {self.lr!r}")
-        _require(isinstance(self.progress, (bool, np.bool_)), f"progress must be True or False, got {self.progress!r}")
-        # numpy scalars as Python numbers: random.seed refuses np.int64, and the record is JSON.
-        for name, kind in (("max_epochs", int), ("batch_size", int), ("seed", int), ("lr", float), ("progress", bool)):
-            object.__setattr__(self, name, kind(getattr(self, name)))
+        _require(_real(self.lr) and 0 < self.lr < math.inf, f"lr must be positive and finite, got {self.lr!r}")
+        _require(isinstance(self.progress, bool), f"progress must be True or False, got {self.progress!r}")
+        object.__setattr__(self, "lr", float(self.lr))
         for name, cls in CONFIGS.items():
             value = getattr(self, name)
             if not isinstance(value, cls):

@@ -91,6 +91,23 @@ def _as_dict(gene_sets):
     return {name: [str(gene) for gene in genes] for name, (_, genes) in zip(names, pairs)}
 
 
+def match_membership(columns, saved):
+    """
+    For each of ``saved``'s membership columns (lists of bools, in a saved
+    model's factor order), the index of the equal one among ``columns``
+    (identical sets are interchangeable: taken in turn); None where one has no
+    match.  Files written before the sets were recorded in order (a JSON
+    object, keys sorted) get their factors' order back this way.
+    """
+    order = []
+    for column in saved:
+        match = next((k for k, candidate in enumerate(columns) if k not in order and candidate == column), None)
+        if match is None:
+            return None
+        order.append(match)
+    return order
+
+
 def align_gene_sets(gene_sets, feature_names):
     """
     The annotation as ``(set names, membership)``, membership a (G, S) bool
@@ -210,13 +227,10 @@ class GeneSetPrior(SpikeSlabLassoPrior):
         saved = state_dict.get(prefix + "membership")
         current = self.membership.cpu()  # the state is read onto the CPU, the model may be on a GPU
         if saved is not None and saved.shape == current.shape and not torch.equal(saved.cpu(), current):
-            columns, order = current.T.tolist(), []
-            for column in saved.cpu().T.tolist():  # identical sets are interchangeable: taken in turn
-                match = next((k for k in range(self.num_sets) if k not in order and columns[k] == column), None)
-                if match is None:
-                    raise ValueError("the saved gene-set membership does not match the recorded gene sets one to "
-                                     "one, so the factors' set names cannot be recovered: refit the model")
-                order.append(match)
+            order = match_membership(current.T.tolist(), saved.cpu().T.tolist())
+            if order is None:
+                raise ValueError("the saved gene-set membership does not match the recorded gene sets one to "
+                                 "one, so the factors' set names cannot be recovered: refit the model")
             self.set_names = [self.set_names[k] for k in order]
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 

@@ -48,8 +48,8 @@ def test_kls_refuse_codes_of_different_sizes():
     with pytest.raises(ValueError, match=r"different sizes: \(4,\) and \(1,\)"):
         kl_divergence(q, pdist.Normal(torch.zeros(1), 1.0).to_event(1))
     spike = SpikeAndSlab(torch.full((1,), 0.5), torch.zeros(1), torch.ones(1)).to_event(1)
-    prior = SelectedSpikeAndSlab(torch.ones(2), SpikeAndSlab(torch.full((2, 4), 0.5), torch.zeros(2, 4), torch.ones(2, 4)),
-                                 kl_objective="selection_weighted")
+    components = SpikeAndSlab(torch.full((2, 4), 0.5), torch.zeros(2, 4), torch.ones(2, 4))
+    prior = SelectedSpikeAndSlab(torch.ones(2), components, kl_objective="selection_weighted")
     with pytest.raises(ValueError, match=r"different sizes: \(1,\) and \(4,\)"):
         kl_divergence(spike, prior)
     # torch's own classes dispatch to the same closed form as Pyro's.
@@ -72,4 +72,5 @@ def test_icdf_at_one_is_the_top_of_the_support_where_the_atom_rounds_up_to_it():
     assert float(ThresholdedNormal(torch.tensor(-1.0, **double), torch.tensor(0.1, **double),
                                    torch.tensor(0.5, **double)).icdf(torch.tensor(1.0, **double))) == math.inf
     # Without a slab (gamma = 0) the law is the atom: u = 1 is 0, not the top of a slab.
-    assert SpikeAndSlab(torch.zeros(2), torch.zeros(2), torch.ones(2)).icdf(torch.tensor([0.5, 1.0])).tolist() == [0.0, 0.0]
+    atom = SpikeAndSlab(torch.zeros(2), torch.zeros(2), torch.ones(2))
+    assert atom.icdf(torch.tensor([0.5, 1.0])).tolist() == [0.0, 0.0]

@@ -364,7 +364,8 @@ def test_a_checkpoint_of_a_run_with_other_covariates_is_refused(X, tmp_path):
     "old_keyword, setting, message",
     [
         ("on_divergence", dict(on_divergence="ignore"), "on_divergence must be 'raise' or 'rollback'"),
-        ("max_rollbacks", dict(on_divergence="rollback", max_rollbacks=-1), "max_rollbacks must be a non-negative integer"),
+        ("max_rollbacks", dict(on_divergence="rollback", max_rollbacks=-1),
+         "max_rollbacks must be a non-negative integer"),
         ("checkpoint_every", dict(every=0), "every must be a positive integer"),
     ],
 )
@@ -450,7 +451,8 @@ def test_rollback_halves_the_learning_rates_and_trains_on(X, tmp_path, monkeypat
     path = tmp_path / "run.ckpt"
     with monkeypatch.context() as patch:
         poison_steps(patch, {6})
-        with pytest.warns(UserWarning, match=r"epoch 1, step 6: a parameter became NaN/inf; rolled back to the end of epoch 0"):
+        with pytest.warns(UserWarning,
+                          match=r"epoch 1, step 6: a parameter became NaN/inf; rolled back to the end of epoch 0"):
             fitted = pyro_sparse.train(
                 "tvsc", X, decoder="linear", lr=0.01, optimization=Optimization(global_lr=0.05), max_epochs=3,
                 checkpointing=Checkpointing(path=path, on_divergence="rollback"), **TINY,

@@ -147,7 +147,8 @@ def test_a_checkpoint_that_recorded_the_sets_as_an_object_resumes(data, tmp_path
     assert len(resumed.history_["train_loss"]) == QUICK["max_epochs"]
     # The object lost the order; the saved membership keeps it, and a run passing another order is refused.
     swapped = dict(reversed(list(reversed_sets(data).items())))
-    with pytest.raises(Exception, match=r"factor order \['zeta', 'alpha'\]; this run passes them as \['alpha', 'zeta'\]"):
+    with pytest.raises(Exception,
+                       match=r"factor order \['zeta', 'alpha'\]; this run passes them as \['alpha', 'zeta'\]"):
         pyro_sparse.train("ssl_dgm", frame(data), latent_dim=3, mask_prior="gene_sets", gene_sets=swapped,
                           checkpointing=Checkpointing(resume_from=path), schedule=Schedule(kl_warmup_epochs=1),
                           **QUICK)
