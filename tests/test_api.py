@@ -229,6 +229,36 @@ def test_corrupt_and_altered_files_are_refused(fitted, tmp_path):
     torch.save(payload, future)
     with pytest.raises(ModelFileError, match="format version 99"):
         pyro_sparse.load(future)
+    payload["format_version"] = "1"  # the right number as text: named as text
+    torch.save(payload, future)
+    with pytest.raises(ModelFileError, match="format version '1', this library reads version 1"):
+        pyro_sparse.load(future)
+
+
+@pytest.mark.parametrize("states", [torch.zeros(3), [1], {"guide": torch.zeros(2)}, {"guide": {"W": [1.0]}}])
+def test_files_whose_states_are_not_tensors_by_name_fail_the_checksum(fitted, tmp_path, states):
+    path = tmp_path / "model.pt"
+    fitted.save(path)
+    payload = torch.load(path, weights_only=True)
+    payload["states"] = states  # edited without the checksum
+    torch.save(payload, path)
+    with pytest.raises(ModelFileError, match="fails its checksum"):
+        pyro_sparse.load(path)
+
+
+def test_save_through_a_link_replaces_its_target_and_takes_bytes_paths(fitted, tmp_path):
+    target = tmp_path / "runs" / "model.pt"
+    fitted.save(target)
+    before = target.read_bytes()
+    link = tmp_path / "latest.pt"
+    link.symlink_to(target)
+    fitted.history_["train_loss"].append(0.0)  # another model file
+    try:
+        fitted.save(os.fsencode(link))
+    finally:
+        fitted.history_["train_loss"].pop()
+    assert link.is_symlink() and target.read_bytes() != before
+    assert pyro_sparse.load(os.fsencode(link)).history_["train_loss"][-1] == 0.0
 
 
 class _Exploit:

@@ -5,7 +5,7 @@ A Student-t prior on the codes z (heavy tails: a few large activations per
 data point, many small ones) in about thirty lines: ``log_prob``,
 ``rsample`` and ``expand`` are all pyro_sparse needs.  No KL between the
 Gaussian guide and a Student-t has a closed form, so the ELBO uses the
-Monte-Carlo estimate log p(z) - log q(z), and ``train`` logs that it does.
+Monte-Carlo estimate log q(z) - log p(z), and ``train`` logs that it does.
 Registering a KL with ``torch.distributions.kl.register_kl`` (for a pair
 that has one) switches to it.  The test suite runs this script.
 

@@ -95,7 +95,7 @@ class _Store:
         self.shape = shape
         self.path = group.file.filename
         self.where = f"{where} of {self.path!r}"
-        self.signature = self._stat()
+        self.signature = self._readable_stat()
         expected = group.file.id.get_filesize()  # where the HDF5 file ends, as written
         if self.signature[0] < expected:
             raise DataError(f"the backed file {self.path!r} is truncated: {self.signature[0]} bytes on disk, "
@@ -114,12 +114,15 @@ class _Store:
         status = os.stat(self.path)
         return status.st_size, status.st_mtime_ns, status.st_ino
 
+    def _readable_stat(self):
+        try:
+            return self._stat()
+        except OSError as error:  # moved or deleted after AnnData opened it
+            raise DataError(f"the backed file {self.path!r} can no longer be read: {error}") from None
+
     def check_unchanged(self):
         """Fail if the file is not the one training started with (size, modification time, inode)."""
-        try:
-            now = self._stat()
-        except OSError as error:
-            raise DataError(f"the backed file {self.path!r} can no longer be read: {error}") from None
+        now = self._readable_stat()
         if now != self.signature:
             changed = [name for name, old, new in zip(("size", "modification time", "inode"), self.signature, now)
                        if old != new]

@@ -1,5 +1,6 @@
 """Multi-particle ELBOs that reduce over particles per data point (max-ELBO sampling)."""
 
+import logging
 from typing import NamedTuple
 
 import pyro.util
@@ -51,6 +52,11 @@ def _collapse(value, particle_dim, data_dim):
     if particle_dim is None:
         value = value.unsqueeze(0)
     return value
+
+
+def _quiet_guess(record):
+    """A logging filter: drop Pyro's "Guessed max_plate_nesting" line."""
+    return not record.getMessage().startswith("Guessed max_plate_nesting")
 
 
 class MaxParticleELBO(TraceMeanField_ELBO):
@@ -157,11 +163,15 @@ class MaxParticleELBO(TraceMeanField_ELBO):
     def _guess_max_plate_nesting(self, model, guide, args, kwargs):
         # The guess runs the guide once; restore the random state so the first
         # step draws what it would have drawn with max_plate_nesting given.
+        # Pyro logs the guess at INFO on every train call; the library's own INFO lines are what users read.
         state = pyro.util.get_rng_state()
         cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        pyro_logger = logging.getLogger("pyro.infer.elbo")
+        pyro_logger.addFilter(_quiet_guess)
         try:
             super()._guess_max_plate_nesting(model, guide, args, kwargs)
         finally:
+            pyro_logger.removeFilter(_quiet_guess)
             pyro.util.set_rng_state(state)
             if cuda_state is not None:
                 torch.cuda.set_rng_state_all(cuda_state)

@@ -28,8 +28,8 @@ Conventions, as scikit-learn's:
 * ``random_state`` is an int (the ``seed`` of ``train``: same int, same fit
   on the same device), ``None`` or a ``numpy.random.RandomState`` (a seed is
   drawn from it).  ``n_init`` fits with seeds ``seed, seed + 1, ...`` and keeps
-  the one of lowest training loss (at the end, or at the epoch early
-  stopping restores); with ``n_init > 1``,
+  the one of lowest training loss at the end, or, with a validation split
+  (each seed draws its own), of lowest -ELBO on all of X; with ``n_init > 1``,
   ``factor_stability_`` says whether those fits found the same factors
   (:func:`~pyro_sparse.evaluation.factor_stability`: matched ``|corr|`` of their
   codes on the training data and Jaccard of their supports).  Note that ``train`` seeds the global random number
@@ -98,12 +98,18 @@ def _named(X, names):
         X, columns=columns)
 
 
-def _kept_loss(fitted):
-    """The training loss of the state a fit returned: under early stopping, its best validation epoch's."""
-    history = fitted.history_
-    if fitted.config["training"].get("early_stopping") and history.get("validation_loss"):
-        return history["train_loss"][int(np.argmin(history["validation_loss"]))]
-    return history["train_loss"][-1]
+def _kept_loss(fitted, X):
+    """
+    -ELBO per point of the state a fit returned, to rank the ``n_init`` fits:
+    its last epoch's training loss, or, when it held out a validation split,
+    the -ELBO on all of X with common draws, since each seed draws its own
+    split and the fits' training losses are then taken on different rows.
+    """
+    if not fitted.config["training"].get("validation_fraction"):
+        return fitted.history_["train_loss"][-1]
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return -float(np.mean(fitted.heldout_log_likelihood(X, num_samples=1)))
 
 
 def _fitted_property(name, doc):
@@ -190,10 +196,11 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         data = _named(X, getattr(self, "feature_names_in_", None))
         fits = [train(model=self._model_name, data=data, seed=seed + i, **parameters, **options)
                 for i in range(n_init)]
-        # The fit of lowest training loss (-ELBO per point), as KMeans keeps its best of n_init.
-        self.fitted_ = min(fits, key=_kept_loss)
+        # The fit of lowest -ELBO per point, as KMeans keeps its best of n_init; both attributes or neither.
+        kept = min(fits, key=lambda fitted: _kept_loss(fitted, data))
         if n_init > 1:
             self.factor_stability_ = factor_stability(fits, X)
+        self.fitted_ = kept
         return self
 
     def transform(self, X):
@@ -560,7 +567,7 @@ def choose_latent_dim(estimator, X, candidates, *, min_stability=0.9, n_jobs=Non
     table = [
         {"latent_dim": int(k), "code_stability": e.factor_stability_.code_correlation,
          "support_jaccard": e.factor_stability_.support_jaccard,
-         "active_factors": len(e.active_factors_), "loss": float(_kept_loss(e.fitted_))}
+         "active_factors": len(e.active_factors_), "loss": float(_kept_loss(e.fitted_, X))}
         for k, e in zip(candidates, fitted)
     ]
     stable = [row for row in table if row["code_stability"] >= min_stability]

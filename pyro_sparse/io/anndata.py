@@ -14,6 +14,7 @@ blocks (:mod:`pyro_sparse.data.backed`).
 
 import os
 import sys
+import warnings
 
 import numpy as np
 import torch
@@ -47,7 +48,13 @@ def _matrix(adata, layer):
             state = "no longer readable"
         raise DataError(f"cannot read {where} of the backed file {str(adata.filename)!r} ({state}): {error}; "
                         "is it truncated or damaged? Write it again or copy it whole") from None
-    return BackedMatrix.of(matrix, where) if stored_on_disk(matrix) else matrix
+    if stored_on_disk(matrix):
+        return BackedMatrix.of(matrix, where)
+    if adata.isbacked and adata.is_view:
+        warnings.warn(f"{where} of a view of the backed file {str(adata.filename)!r} is in memory: anndata reads a "
+                      "view's matrix when it is accessed, so it is not trained on from disk; to train larger than "
+                      "memory, write the subset to its own .h5ad file and open that backed", stacklevel=3)
+    return matrix
 
 
 def read_backed(path):

@@ -32,6 +32,15 @@ class ModelFileError(ValueError):
     """A model file that is unreadable, corrupt, altered or of another format."""
 
 
+def _well_formed(config_json, states):
+    """The layout :func:`write` gives: JSON text, and part name -> {key: tensor}."""
+    return isinstance(config_json, str) and isinstance(states, dict) and all(
+        isinstance(part, str) and isinstance(state, dict)
+        and all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items())
+        for part, state in states.items()
+    )
+
+
 def _checksum(config_json, states):
     digest = hashlib.sha256(config_json.encode())
     for part in sorted(states):
@@ -48,7 +57,7 @@ def _temporary_beside(path):
     be renamed to ``path``.  Created with the mode of a plain new file (0666
     less the umask), not mkstemp's private 0600, which the rename would keep.
     """
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path!r} is a folder; give the name of a file to write")
     directory = os.path.dirname(os.path.abspath(path))
@@ -60,9 +69,14 @@ def _temporary_beside(path):
         raise type(error)(error.errno, f"cannot write {path!r}: {error.strerror}", error.filename) from None
 
 
+def _target(path):
+    """Where writing ``path`` goes: a str path, through any symbolic link."""
+    return os.path.realpath(os.fsdecode(path))
+
+
 def check_writable(path):
     """Raise now, before any training, if a file cannot be written at ``path``."""
-    handle, temporary = _temporary_beside(path)
+    handle, temporary = _temporary_beside(_target(path))
     os.close(handle)
     os.unlink(temporary)
 
@@ -71,7 +85,9 @@ def write(path, config, states, file_format=MODEL_FILE):
     """
     Write ``config`` (JSON-able dict) and ``states`` (name -> state dict)
     atomically: a crash mid-write leaves any previous file at ``path`` intact.
+    A symbolic link at ``path`` is kept and its target replaced.
     """
+    path = _target(path)
     config_json = json.dumps(config, sort_keys=True)
     states = {part: {k: v.detach().cpu() for k, v in state.items()} for part, state in states.items()}
     payload = {
@@ -99,7 +115,7 @@ def write(path, config, states, file_format=MODEL_FILE):
 
 def read(path, file_format=MODEL_FILE):
     """The ``(config, states)`` written by :func:`write`, after every check."""
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     name, version, description = file_format
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no {description} at {path!r}")
@@ -114,14 +130,10 @@ def read(path, file_format=MODEL_FILE):
         raise ModelFileError(f"{path!r} is not a {description}")
     if payload.get("format_version") != version:
         raise ModelFileError(
-            f"{path!r} has {description} format version {payload.get('format_version')}, this library "
+            f"{path!r} has {description} format version {payload.get('format_version')!r}, this library "
             f"reads version {version}; load it with pyro_sparse {payload.get('library_version')} and refit"
         )
-    try:
-        config_json, states = payload["config_json"], payload["states"]
-        intact = payload["checksum"] == _checksum(config_json, states)
-    except (KeyError, TypeError, AttributeError, RuntimeError):
-        intact = False
-    if not intact:
+    config_json, states = payload.get("config_json"), payload.get("states")
+    if not (_well_formed(config_json, states) and payload.get("checksum") == _checksum(config_json, states)):
         raise ModelFileError(f"{path!r} fails its checksum: the file was altered or damaged")
     return json.loads(config_json), states

@@ -266,6 +266,20 @@ def test_a_truncated_file_fails_clearly(path):
         anndata_io.read_backed(path)
 
 
+def test_a_view_of_a_backed_file_warns_that_it_is_in_memory(on_disk):
+    with pytest.warns(UserWarning, match=r"adata.X of a view of the backed file '.*cells.h5ad' is in memory"):
+        fitted = pyro_sparse.train("ssl_dgm", on_disk[:, :12], **QUICK)
+    assert fitted.transform(on_disk[:, :12]).shape == (on_disk.n_obs, QUICK["latent_dim"])
+
+
+def test_a_file_moved_after_opening_fails_clearly(path, tmp_path):
+    adata = anndata.read_h5ad(path, backed="r")
+    os.rename(path, tmp_path / "moved.h5ad")
+    with pytest.raises(DataError, match=r"backed file '.*cells.h5ad' can no longer be read: .*No such file"):
+        pyro_sparse.train("ssl_dgm", adata, **QUICK)
+    adata.file.close()
+
+
 def test_a_file_that_changes_during_training_fails_and_keeps_the_last_checkpoint(on_disk, path, tmp_path,
                                                                                   monkeypatch):
     end_epoch = loop.Trainer._end_epoch

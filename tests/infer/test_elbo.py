@@ -1,5 +1,7 @@
 """MaxParticleELBO: per-data-point max / mean over J particles (Fallah & Rozell 2022, Eq. 6-9)."""
 
+import logging
+
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -115,6 +117,14 @@ def test_vectorised_mean_is_pyros_vectorised_elbo(x):
         elbo = MaxParticleELBO(5, "mean", max_plate_nesting=max_plate_nesting)
         assert_same(elbo.differentiable_loss(model, guide, x, NUM_DATA), expected, guide)
         assert elbo.max_plate_nesting == 2  # the particle plate sits at dim -2, left of the data plate
+
+
+def test_the_guess_logs_nothing_and_other_pyro_lines_stay(x, caplog):
+    caplog.set_level(logging.INFO)
+    MaxParticleELBO(3, "mean").differentiable_loss(model, Guide(), x, NUM_DATA)
+    assert not [r for r in caplog.records if "max_plate_nesting" in r.getMessage()]
+    logging.getLogger("pyro.infer.elbo").info("Guessed max_plate_nesting = 9")  # Pyro's own ELBOs still log it
+    assert caplog.records[-1].getMessage() == "Guessed max_plate_nesting = 9"
 
 
 def test_mean_is_the_average_of_single_particle_losses(x):

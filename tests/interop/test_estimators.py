@@ -6,6 +6,7 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LogisticRegression
@@ -177,16 +178,18 @@ def test_n_init_keeps_the_lower_loss_fit_and_reports_stability(data):
     assert not hasattr(estimator, "factor_stability_")
 
 
-def test_n_init_compares_the_loss_of_the_state_each_fit_returns():
-    # Under early stopping a fit returns its best validation epoch: that epoch's training loss is compared.
-    from types import SimpleNamespace
-
-    from pyro_sparse.interop.sklearn import _kept_loss
-
-    history = {"train_loss": [5.0, 4.0, 3.0], "validation_loss": [6.0, 4.5, 4.8]}
-    stopped = SimpleNamespace(history_=history, config={"training": {"early_stopping": 1}})
-    assert _kept_loss(stopped) == 4.0
-    assert _kept_loss(SimpleNamespace(history_=history, config={"training": {"early_stopping": None}})) == 3.0
+def test_n_init_ranks_fits_with_a_validation_split_on_all_of_X(data):
+    # Each seed draws its own split: the training losses are on different rows, so the fits are ranked on all of X.
+    schedule = Schedule(validation_fraction=0.3, early_stopping=1)
+    estimator = quick(VAE, random_state=5, n_init=2, model_options={"schedule": schedule}).fit(data.X)
+    fits = [pyro_sparse.train("vae", data.X, seed=seed, hidden_dims=(8,), latent_dim=2, max_epochs=2, batch_size=50,
+                              progress=False, device="cpu", schedule=schedule) for seed in (5, 6)]
+    losses = []
+    for fitted in fits:
+        torch.manual_seed(0)
+        losses.append(-fitted.heldout_log_likelihood(data.X, num_samples=1).mean())
+    kept = fits[int(np.argmin(losses))]
+    np.testing.assert_array_equal(estimator.transform(data.X), kept.transform(data.X))
 
 
 def test_random_state_none_or_generator(data):
@@ -231,6 +234,19 @@ def test_a_failed_refit_leaves_no_fit_behind(data):
     assert not hasattr(estimator, "fitted_") and not hasattr(estimator, "factor_stability_")
     with pytest.raises(NotFittedError):
         estimator.transform(data.X)
+
+
+def test_a_fit_whose_stability_fails_is_not_fitted(data, monkeypatch):
+    from pyro_sparse.interop import sklearn as interop
+
+    def refuse(fits, X):
+        raise ValueError("codes are not finite")
+
+    monkeypatch.setattr(interop, "factor_stability", refuse)
+    estimator = quick(VAE, n_init=2)
+    with pytest.raises(ValueError, match="not finite"):
+        estimator.fit(data.X)
+    assert not hasattr(estimator, "fitted_")
 
 
 def test_n_init_with_a_checkpoint_file_is_refused(data, tmp_path):
