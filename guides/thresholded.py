@@ -10,6 +10,7 @@ from pyro import poutine
 from torch.nn import functional
 
 from pyro_sparse.distributions.thresholded import ESTIMATORS, code_distribution
+from pyro_sparse.distributions.util import positive_number
 from pyro_sparse.guides.amortized import AmortizedGuide
 
 # A new amortised gate starts open, P(z != 0) = sigmoid(2) ≈ 0.88 (see ThresholdedGuide).
@@ -116,6 +117,7 @@ class ThresholdedGuide(AmortizedGuide):
             num_features, latent_dim, outputs, hidden_dims, point_estimates, log1p_input, kl_weight, network,
             covariate_dim=covariate_dim, batch_norm=batch_norm, latent_library=latent_library,
         )
+        prior_scale = positive_number("prior_scale", prior_scale)
         if not 0 < scale_warmup_start <= 1 or scale_warmup_rate < 0:
             raise ValueError("need 0 < scale_warmup_start <= 1 and scale_warmup_rate >= 0")
         self.base, self.learn_threshold = base, bool(learn_threshold)
@@ -139,9 +141,9 @@ class ThresholdedGuide(AmortizedGuide):
         if max_scale_ratio is not None and not max_scale_ratio > 0:
             raise ValueError(f"max_scale_ratio must be positive (or None), got {max_scale_ratio!r}")
         self.max_scale_ratio = None if max_scale_ratio is None else float(max_scale_ratio)
-        bound = 15.0 if max_scale_ratio is None else math.log(float(prior_scale) * self.max_scale_ratio)
+        bound = 15.0 if max_scale_ratio is None else math.log(prior_scale * self.max_scale_ratio)
         self.max_log_scale = min(15.0, bound)
-        self._initialise_output_biases(float(prior_scale))
+        self._initialise_output_biases(prior_scale)
         # A buffer, so a fitted or loaded guide evaluates with the value its
         # training ended on (1 for a fresh guide used on its own).
         self.register_buffer("scale_warmup", torch.tensor(1.0))

@@ -1,6 +1,8 @@
-"""Helpers for users' distribution objects."""
+"""Helpers for users' distribution objects, and the check of a positive hyperparameter."""
 
 import copy
+import math
+import numbers
 
 import torch
 from torch.distributions import Distribution, Transform
@@ -30,3 +32,10 @@ def on_device(obj, device):
     copied = copy.copy(obj)
     vars(copied).update(moved)
     return copied
+
+
+def positive_number(name, value):
+    """``value`` as a float if it is a finite positive real number (numpy's too, not a bool); else a ValueError naming ``name``."""
+    if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < math.inf):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)

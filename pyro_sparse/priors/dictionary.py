@@ -8,6 +8,8 @@ import torch
 from torch.distributions import constraints, transform_to
 from torch.distributions.transforms import Transform
 
+from pyro_sparse.distributions.util import positive_number
+
 
 class _SharedNormColumns(constraints.Constraint):
     """(..., G, K) matrices whose K columns all have the same Euclidean norm."""
@@ -83,9 +85,8 @@ class LinearGenerator:
     site = "A"
 
     def __init__(self, num_features, latent_dim, penalty, shared_atom_norm=True):
-        if not penalty > 0:
-            raise ValueError(f"dictionary_penalty must be positive, got {penalty}")
-        self.num_features, self.latent_dim, self.penalty = num_features, latent_dim, float(penalty)
+        self.num_features, self.latent_dim = num_features, latent_dim
+        self.penalty = positive_number("dictionary_penalty", penalty)
         self.shared_atom_norm = bool(shared_atom_norm)
 
     def point_estimate_sites(self):

@@ -5,6 +5,7 @@ import math
 import pyro.distributions as dist
 import torch
 
+from pyro_sparse.distributions.util import positive_number
 from pyro_sparse.priors.site import SitePrior
 
 
@@ -70,10 +71,8 @@ class HorseshoePrior(SitePrior):
 
     def __init__(self, num_features, latent_dim, b_local=1.0, b_global=1.0):
         super().__init__()
-        if not (b_local > 0 and b_global > 0):
-            raise ValueError(f"b_local and b_global must be positive, got {b_local}, {b_global}")
         self.num_features, self.latent_dim = num_features, latent_dim
-        self.b_local, self.b_global = float(b_local), float(b_global)
+        self.b_local, self.b_global = positive_number("b_local", b_local), positive_number("b_global", b_global)
         self.register_buffer("log_tau", torch.zeros(num_features, latent_dim, dtype=torch.float64))
         self.register_buffer("log_v", torch.zeros(latent_dim, dtype=torch.float64))
         self.register_buffer("log_lambda_local", torch.zeros((), dtype=torch.float64))

@@ -39,7 +39,7 @@ from torch.distributions import Distribution, constraints
 
 from pyro_sparse.distributions import SelectedSpikeAndSlab, SpikeAndSlab
 from pyro_sparse.distributions.thresholded import code_distribution
-from pyro_sparse.distributions.util import on_device
+from pyro_sparse.distributions.util import on_device, positive_number
 
 
 class LatentPrior(nn.Module):
@@ -121,8 +121,7 @@ class NormalPrior(LatentPrior):
     def __init__(self, latent_dim, prior_covariance=None, learn_correlation=False, lkj_concentration=2.0,
                  initial_correlation=None):
         super().__init__(latent_dim)
-        if not lkj_concentration > 0:
-            raise ValueError(f"lkj_concentration must be positive, got {lkj_concentration!r}")
+        lkj_concentration = positive_number("lkj_concentration", lkj_concentration)
         if learn_correlation and prior_covariance is not None:
             raise ValueError("learn_correlation and prior_covariance exclude each other: give one of them")
         if initial_correlation is not None and not learn_correlation:
@@ -131,7 +130,7 @@ class NormalPrior(LatentPrior):
             warnings.warn("learn_correlation with latent_dim=1: a single code has no correlation to learn",
                           stacklevel=2)
         self.learn_correlation = bool(learn_correlation) and latent_dim > 1
-        self.lkj_concentration = float(lkj_concentration)
+        self.lkj_concentration = lkj_concentration
         self.identity_covariance = prior_covariance is None and not self.learn_correlation
         self.register_buffer("scale_tril", _cholesky(prior_covariance, latent_dim))
         self.initial_scale_tril = _cholesky(initial_correlation, latent_dim, "initial_correlation")
@@ -155,7 +154,7 @@ class NormalPrior(LatentPrior):
         scale_tril = self._sampled_scale_tril if self.learn_correlation else self.scale_tril
         if scale_tril is None:
             raise RuntimeError("a learned correlation is sampled by the model (sample_globals) before the codes")
-        return dist.MultivariateNormal(x.new_zeros(self.latent_dim), scale_tril=scale_tril)
+        return dist.MultivariateNormal(x.new_zeros(self.latent_dim), scale_tril=scale_tril.to(x.dtype))
 
 
 class CorrelatedNormalPrior(NormalPrior):
@@ -357,8 +356,7 @@ class ThresholdedPrior(LatentPrior):
         for name, value in [("threshold", 1.0 if threshold is None else threshold), ("prior_scale", prior_scale),
                             ("threshold_beta", 1.0 if threshold_beta is None else threshold_beta),
                             ("threshold_concentration", threshold_concentration)]:
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
+            positive_number(name, value)
         kls = ("exact", "augmented", "base") if base == "laplace" else ("exact", "base")
         if kl not in kls:
             raise ValueError(f"kl must be one of {kls} with the {base} base, got {kl!r}")

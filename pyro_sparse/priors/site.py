@@ -80,12 +80,15 @@ class DistributionSitePrior(SitePrior):
             broadcastable = torch.broadcast_shapes(shape, self.shape) == self.shape
         except RuntimeError:
             broadcastable = False
-        if not broadcastable or len(prior.event_shape) > len(self.shape):
+        event_dims = len(prior.event_shape)
+        # An event is one draw of those entries: it must have their shape, not just broadcast to it.
+        if not broadcastable or event_dims > len(self.shape) or (
+                event_dims and tuple(prior.event_shape) != self.shape[len(self.shape) - event_dims:]):
             raise ValueError(
                 f"mask_prior {type(prior).__name__} has batch shape {tuple(prior.batch_shape)} and event shape "
-                f"{tuple(prior.event_shape)}, which do not broadcast to the site's shape {self.shape}"
+                f"{tuple(prior.event_shape)}, which do not fit the site's shape {tuple(self.shape)} (the batch shape "
+                "must broadcast to it and the event shape be its last dims)"
             )
-        event_dims = len(prior.event_shape)
         batch = self.shape[: len(self.shape) - event_dims]
         return prior.expand(batch).to_event(len(batch))
 

@@ -115,7 +115,7 @@ def test_tensor_options_are_recorded_wherever_they_live():
 
 
 def test_correlation_options_are_checked():
-    with pytest.raises(ValueError, match="lkj_concentration must be positive"):
+    with pytest.raises(ValueError, match="lkj_concentration must be a positive finite number"):
         CorrelatedNormalPrior(3, lkj_concentration=0.0)
     with pytest.raises(ValueError, match="symmetric positive definite"):
         NormalPrior(2, prior_covariance=[[1.0, 2.0], [2.0, 1.0]])

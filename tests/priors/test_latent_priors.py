@@ -253,8 +253,11 @@ def test_a_user_mask_prior_is_a_plain_map_term(data):
     prior = fitted.model.site_priors["W"]
     assert isinstance(prior, DistributionSitePrior)
     assert prior.distribution().event_shape == (7, 3)
-    with pytest.raises(ValueError, match="do not broadcast to the site's shape \\(7, 3\\)"):
+    with pytest.raises(ValueError, match="do not fit the site's shape \\(7, 3\\)"):
         pyro_sparse.train("ssl_dgm", data.X, mask_prior=dist.Laplace(torch.zeros(4), 1.0), **QUICK)
+    # An event of shape (7, 1) broadcasts to (7, 3) but would draw one entry where the site has three.
+    with pytest.raises(ValueError, match="event shape \\(7, 1\\), which do not fit"):
+        pyro_sparse.train("ssl_dgm", data.X, mask_prior=dist.Laplace(torch.zeros(7, 1), 1.0).to_event(2), **QUICK)
 
 
 # ------------------------------------------------------ validation, shapes
@@ -282,11 +285,36 @@ def test_priors_validate_their_parameters():
         ThresholdedLaplacePrior(3, threshold=-0.1)
     with pytest.raises(ValueError, match="symmetric positive definite"):
         NormalPrior(2, prior_covariance=[[1.0, 2.0], [2.0, 1.0]])
+    with pytest.raises(ValueError, match="prior_scale must be a positive finite number, got 0.0"):
+        ThresholdedGuide(8, 3, prior_scale=0.0)
+    from pyro_sparse.priors.group_lasso import GroupLassoPrior
+
+    for weight in (-1.0, 0.0, 5.0):
+        with pytest.raises(ValueError, match=f"gradient_averaging is a running average's weight in \\(0, 1\\], got {weight}"):
+            GroupLassoPrior(2, 3, 4, gradient_averaging=weight)
     with pytest.raises(ValueError, match="scale"):
         DistributionPrior(dist.Laplace(0.0, -1.0, validate_args=True), 3)
     with pytest.raises(ValueError, match="scale"):
         # A learnable factory is validated when it builds its distribution.
         DistributionPrior(lambda k: dist.Normal(0.0, -torch.ones(k), validate_args=True), 3)
+
+
+@pytest.mark.parametrize("model, option", [("vae", {"latent_prior": "correlated", "lkj_concentration": math.inf}),
+                                           ("oi_vae", {"lam": math.inf}),
+                                           ("tvsc", {"decoder": "linear", "dictionary_penalty": math.inf}),
+                                           ("ssl_dgm", {"mask_prior": "horseshoe", "b_local": math.inf})])
+def test_an_infinite_hyperparameter_is_refused_by_name(data, model, option):
+    name = list(option)[-1]
+    with pytest.raises(ValueError, match=f"{name} must be a positive finite number, got inf"):
+        pyro_sparse.train(model, data.X, **option, **QUICK)
+
+
+def test_hyperparameters_may_be_numpy_numbers_and_a_fixed_covariance_follows_the_codes_dtype():
+    assert ThresholdedLaplacePrior(3, threshold=np.float32(0.25)).threshold == 0.25
+    x = torch.zeros(5, 3, dtype=torch.float64)
+    prior = NormalPrior(3, prior_covariance=2 * np.eye(3)).distribution(x)
+    assert prior.sample().dtype == torch.float64 and prior.log_prob(x).dtype == torch.float64
+    assert prior.log_prob(x)[0].item() == pytest.approx(-1.5 * math.log(2 * math.pi * 2))
 
 
 def test_scalar_batch_and_event_shaped_priors_all_give_event_shape_k():
