@@ -52,7 +52,8 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
         ``latent_prior=`` (a registered name or any Pyro distribution) with that
         prior's options, and ``mask_prior=`` for models with a decoder mask.
         An unknown name fails with the list of valid ones.  Models fitted by
-        their own routine (``nmf``) use ``seed`` and ignore the training settings.
+        their own routine (``nmf``) use ``seed`` and ignore the training settings
+        (a checkpoint path or ``resume_from``, which they could not honour, is refused).
     """
     entry = registry.get_entry(model)
     likelihood = check_likelihood(likelihood)

@@ -248,6 +248,10 @@ class NMF:
         unknown = sorted(set(hyper) - set(self._OPTIONS))
         if unknown:
             raise unknown_options_error(name, unknown, list(self._OPTIONS), keywords)
+        policy = settings.checkpointing
+        if policy.path is not None or policy.resume_from is not None:
+            raise ValueError(f"model {name!r} is fitted by scikit-learn in one call: it writes no checkpoint and "
+                             "resumes none (Checkpointing path / resume_from); save the fitted model with .save(path)")
         if dataset.covariates is not None or dataset.library is not None:
             raise ValueError(f"model {name!r} takes no covariates or library sizes (batch_key, covariate or "
                              "size_factor keys of the AnnData registration); fit an SVI model such as 'vae' for them")

@@ -416,6 +416,9 @@ def test_nmf_bad_input_is_named(counts):
         pyro_sparse.train("nmf", train, latent_dim=2, likelihood="poisson")
     with pytest.raises(TypeError, match=r"no option\(s\) \['lambda0'\]"):
         pyro_sparse.train("nmf", train, latent_dim=2, likelihood="multinomial", lambda0=3.0)
+    for policy in (pyro_sparse.Checkpointing(path="run.ckpt"), pyro_sparse.Checkpointing(resume_from="run.ckpt")):
+        with pytest.raises(ValueError, match="writes no checkpoint and resumes none"):
+            pyro_sparse.train("nmf", train, latent_dim=2, likelihood="multinomial", checkpointing=policy)
     fitted = pyro_sparse.train("nmf", train, latent_dim=2, likelihood="multinomial")
     with pytest.raises(DataError, match="features"):
         fitted.transform(train[:, :5])
