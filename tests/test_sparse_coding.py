@@ -353,8 +353,26 @@ def test_fista_refuses_a_nan_lam_and_a_misshapen_or_non_finite_init():
     ({"init": np.full((6, 3), np.nan)}, "init has non-finite values"),
     ({"kappa": -1.0}, "kappa .* must be >= 0"),
     ({"lr": -0.5}, "lr must be positive"),
+    ({"lr_decay": -0.99}, "lr_decay must be in \\(0, 1\\]"),
+    ({"warmup_increment": -1.0}, "warmup_increment must be >= 0"),
+    ({"lam": np.full(3, 0.1)}, "lam must be one number"),
+    ({"X": np.zeros((0, 6))}, "X has no rows"),
 ])
 def test_learn_dictionary_checks_its_start_and_step_options(options, message):
     _, X = _problem(6, 3, N=20)
+    options = {"X": X, "lam": 0.1, **options}
     with pytest.raises(ValueError, match=message):
-        learn_dictionary(X, 3, 0.1, num_epochs=1, **options)
+        learn_dictionary(options.pop("X"), 3, options.pop("lam"), num_epochs=1, **options)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"check_every": 0}, "check_every must be an integer >= 1"),
+    ({"lipschitz": -1.0}, "lipschitz must be a positive finite number"),
+    ({"lipschitz": float("nan")}, "lipschitz must be a positive finite number"),
+    ({"lam": np.full(3, 0.1)}, "lam must be a scalar or broadcastable to the codes' shape \\(4, 5\\), got shape \\(3,\\)"),
+])
+def test_fista_checks_its_options(options, message):
+    A, X = _problem(10, 5)
+    options = {"lam": 0.1, **options}
+    with pytest.raises(ValueError, match=message):
+        fista(X, A, options.pop("lam"), **options)

@@ -142,8 +142,13 @@ def _check_problem(X, dictionary, lam):
     lam_t = _as_tensor(lam, like=A, name="lam")
     if not bool((torch.isfinite(lam_t) & (lam_t >= 0)).all()):
         raise ValueError("lam must be finite and non-negative")
-    if lam_t.ndim > 2:
-        raise ValueError("lam must be a scalar or broadcastable to (N, K)")
+    try:
+        broadcastable = lam_t.ndim <= 2 and torch.broadcast_shapes(lam_t.shape, (X.shape[0], A.shape[1]))
+    except RuntimeError:
+        broadcastable = False
+    if not broadcastable:
+        raise ValueError(f"lam must be a scalar or broadcastable to the codes' shape {(X.shape[0], A.shape[1])}, "
+                         f"got shape {tuple(lam_t.shape)}")
     return X, A, lam_t, squeeze
 
 
@@ -236,6 +241,11 @@ def fista(
     """
     X, A, lam_t, squeeze = _check_problem(X, dictionary, lam)
     _check_fista_options(num_iterations, warmup, warmup_start)
+    if not (isinstance(check_every, int) and check_every >= 1):
+        raise ValueError(f"check_every must be an integer >= 1, got {check_every!r}")
+    if lipschitz is not None and not 0 < lipschitz < math.inf:
+        raise ValueError(f"lipschitz must be a positive finite number (the largest eigenvalue of A^T A), "
+                         f"got {lipschitz!r}")
     n, k = X.shape[0], A.shape[1]
     if init is None:
         z = X.new_zeros(n, k)
@@ -401,8 +411,16 @@ def learn_dictionary(
     if X.ndim != 2:
         raise ValueError("X must be 2-D (N, D)")
     n, d = X.shape
+    if n == 0:
+        raise ValueError("X has no rows: a dictionary is learned from data points")
     if num_atoms < 1 or batch_size < 1 or num_epochs < 0:
         raise ValueError("num_atoms and batch_size must be >= 1, num_epochs >= 0")
+    if _as_tensor(lam, name="lam").numel() != 1:
+        raise ValueError("lam must be one number: the same weight for every atom and patch")
+    if not (math.isfinite(warmup_increment) and warmup_increment >= 0):
+        raise ValueError(f"warmup_increment must be >= 0, got {warmup_increment!r}")
+    if not 0 < lr_decay <= 1:
+        raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay!r}")
     if not bool(torch.isfinite(X).all()):
         raise ValueError("X has non-finite values (NaN or inf)")
     if not (math.isfinite(kappa) and kappa >= 0):
