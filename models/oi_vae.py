@@ -161,7 +161,8 @@ class OIVAE(nn.Module):
         super().__init__()
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
-        if not isinstance(group_input_dim, (int, np.integer)) or group_input_dim < 1:
+        if isinstance(group_input_dim, bool) or not isinstance(group_input_dim, (int, np.integer)) \
+                or group_input_dim < 1:
             raise ValueError(f"group_input_dim must be a positive integer, got {group_input_dim!r}")
         if groups is None:
             group_of_feature = np.arange(num_features)
@@ -169,7 +170,11 @@ class OIVAE(nn.Module):
             groups = np.asarray(groups)
             if groups.shape != (num_features,):
                 raise ValueError(f"groups must give one label per feature ({num_features}), got shape {groups.shape}")
-            _, group_of_feature = np.unique(groups, return_inverse=True)
+            try:
+                _, group_of_feature = np.unique(groups, return_inverse=True)
+            except TypeError:  # labels numpy cannot sort: None beside text, text beside numbers
+                raise ValueError(f"groups must be labels of one kind that sort (all text or all numbers, no None), "
+                                 f"got {sorted({type(g).__name__ for g in groups.tolist()})}") from None
         self.num_features, self.latent_dim = num_features, latent_dim
         self.num_groups, self.group_input_dim = int(group_of_feature.max()) + 1, int(group_input_dim)
         self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion, library)

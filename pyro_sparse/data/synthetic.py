@@ -14,6 +14,18 @@ class SyntheticData:
     support: np.ndarray
 
 
+def _integer(name, value, minimum):
+    """``value`` as an int if it is an integer >= ``minimum`` (not a bool); else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_noise_variance(noise_variance):
+    if not (np.isfinite(noise_variance) and noise_variance >= 0):
+        raise ValueError(f"noise_variance must be finite and >= 0, got {noise_variance}")
+
+
 def _map_seed(seed):
     """The seed of a generator whose map it fixes: a non-negative integer (not None, so heldout data can share it)."""
     if seed is None or isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -33,15 +45,15 @@ def synthetic_sparse_dgm(n=1000, rho=0.6, seed=0, noise_variance=0.5):
         f(z) = (z1, 2 z1, 3 z1², 4 z2, 5 z2, 6 sin z2, 7 z1 z2).
 
     Features 1-3 are anchors of z1, 4-6 of z2, and feature 7 uses both.
+    The map is fixed; the seed draws the points, and the same seed with a
+    larger n repeats the first rows, so draw heldout points with another seed.
 
     :returns: :class:`SyntheticData` with float32 ``X`` and ``z``.
     """
     if not -1 < rho < 1:
         raise ValueError(f"rho must be in (-1, 1), got {rho}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    if not (np.isfinite(noise_variance) and noise_variance >= 0):
-        raise ValueError(f"noise_variance must be finite and >= 0, got {noise_variance}")
+    _integer("n", n, 1)
+    _check_noise_variance(noise_variance)
     rng = np.random.default_rng(seed)
     covariance = np.array([[1.0, rho], [rho, 1.0]])
     z = rng.multivariate_normal(np.zeros(2), covariance, size=n)
@@ -67,14 +79,15 @@ def synthetic_sparse_codes(n=1000, active_prob=0.3, rho=0.0, seed=0, noise_varia
     probability 1 - ``active_prob`` and N(0, 1) otherwise, the spike-and-slab
     prior of variational sparse coding (Tonolini et al., ICLR version Eq. 4)
     with α = ``active_prob``; a point with both factors off is pure noise.
+    As there, the same seed with a larger n repeats the first rows' codes:
+    draw heldout points with another seed.
 
     :returns: :class:`SyntheticData` with float32 ``X`` and ``z``; the codes'
         support is ``z != 0``.
     """
     if not 0 < active_prob <= 1:
         raise ValueError(f"active_prob must be in (0, 1], got {active_prob}")
-    if not (np.isfinite(noise_variance) and noise_variance >= 0):
-        raise ValueError(f"noise_variance must be finite and >= 0, got {noise_variance}")
+    _check_noise_variance(noise_variance)
     seed = _map_seed(seed)
     slab = synthetic_sparse_dgm(n, rho, seed, noise_variance=0.0)
     rng = np.random.default_rng([seed, 1])
@@ -154,6 +167,12 @@ def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_co
     """
     if likelihood not in ("gaussian", "bernoulli"):
         raise ValueError(f"likelihood must be 'gaussian' or 'bernoulli', got {likelihood!r}")
+    _integer("n", n, 1)
+    _integer("num_factors", num_factors, 1)
+    _integer("max_parents", max_parents, 1)
+    # Moran et al. (2022), assumption A1: two anchors per factor identify it.
+    _integer("anchors_per_factor (two or more identify a factor)", anchors_per_factor, 2)
+    _check_noise_variance(noise_variance)
     if num_features < num_factors * anchors_per_factor:
         raise ValueError(f"{num_features} features cannot hold {anchors_per_factor} anchors for each of "
                          f"{num_factors} factors")
@@ -226,8 +245,20 @@ def synthetic_gene_set_counts(n=2000, num_genes=200, num_sets=6, set_size=20, nu
     if not (0 <= wrong_fraction < 1 and 0 <= missing_fraction < 1):
         raise ValueError(f"wrong_fraction and missing_fraction must be in [0, 1), got {wrong_fraction}, "
                          f"{missing_fraction}")
-    if not 0 < set_size <= num_genes:
-        raise ValueError(f"set_size must be in [1, num_genes={num_genes}], got {set_size}")
+    _integer("n", n, 1)
+    _integer("num_sets", num_sets, 1)
+    _integer("num_unannotated", num_unannotated, 0)
+    if not 0 < set_size < num_genes:
+        raise ValueError(f"set_size must be in [1, num_genes={num_genes}), got {set_size}: a set needs genes outside it")
+    kept = set_size - round(missing_fraction * set_size)
+    if round(wrong_fraction * kept / (1 - wrong_fraction)) > num_genes - set_size:
+        raise ValueError(f"wrong_fraction={wrong_fraction} needs more wrong genes per set than the "
+                         f"{num_genes - set_size} genes outside it")
+    if not (0 < effect[0] <= effect[1] < np.inf):
+        raise ValueError(f"effect must be (low, high) with 0 < low <= high, got {effect!r}: a zero effect is no support")
+    for name, value in (("library_size", library_size), ("inverse_dispersion", inverse_dispersion)):
+        if not 0 < value < np.inf:
+            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     num_factors = num_sets + num_unannotated
     structure = np.random.default_rng([_map_seed(seed), 0])
     support = np.zeros((num_genes, num_factors), dtype=bool)

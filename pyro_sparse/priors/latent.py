@@ -225,8 +225,13 @@ class PseudoInputPrior(SpikeSlabPrior):
         selection_threshold=0.5,
     ):
         super().__init__(latent_dim, alpha)
-        if num_pseudo_inputs < 1:
-            raise ValueError(f"num_pseudo_inputs must be positive, got {num_pseudo_inputs}")
+        if isinstance(num_pseudo_inputs, bool) or not isinstance(num_pseudo_inputs, (int, np.integer)) \
+                or num_pseudo_inputs < 1:
+            raise ValueError(f"num_pseudo_inputs must be a positive integer, got {num_pseudo_inputs!r}")
+        positive_number("selection_sharpness", selection_sharpness)
+        if not 0 < selection_threshold < 1:
+            raise ValueError(f"selection_threshold is compared with a pseudo-input's share of the scores: it must be "
+                             f"in (0, 1), got {selection_threshold!r}")
         self.pseudo_inputs = nn.Parameter(torch.randn(num_pseudo_inputs, num_features))
         self.selection = nn.Sequential(nn.Linear(num_features, num_pseudo_inputs), nn.ReLU())
         self.selection_sharpness, self.selection_threshold = float(selection_sharpness), float(selection_threshold)

@@ -69,3 +69,16 @@ def test_the_generators_that_fix_a_map_by_seed_name_a_bad_seed(seed):
     for generator in (synthetic_correlated_factors, synthetic_gene_set_counts, synthetic_sparse_codes):
         with pytest.raises(ValueError, match="seed must be a non-negative integer"):
             generator(n=10, seed=seed)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"anchors_per_factor": 1}, "anchors_per_factor \\(two or more identify a factor\\) must be an integer >= 2"),
+    ({"noise_variance": -1.0}, "noise_variance must be finite and >= 0"),
+    ({"noise_variance": float("nan")}, "noise_variance must be finite and >= 0"),
+    ({"max_parents": 0}, "max_parents must be an integer >= 1"),
+    ({"num_factors": 0}, "num_factors must be an integer >= 1"),
+    ({"n": 2.5}, "n must be an integer >= 1"),
+])
+def test_bad_options_are_named(options, message):
+    with pytest.raises(ValueError, match=message):
+        synthetic_correlated_factors(**{"n": 10, **options})

@@ -56,6 +56,13 @@ def test_same_seed_same_data():
 @pytest.mark.parametrize("options, message", [
     ({"wrong_fraction": 1.0}, "wrong_fraction and missing_fraction must be in"),
     ({"set_size": 0}, "set_size must be in"),
+    ({"set_size": 20}, "set_size must be in \\[1, num_genes=20\\), got 20"),
+    ({"wrong_fraction": 0.9}, "wrong_fraction=0.9 needs more wrong genes per set than the 15 genes outside it"),
+    ({"num_unannotated": -1}, "num_unannotated must be an integer >= 0"),
+    ({"effect": (0.0, 0.0)}, "a zero effect is no support"),
+    ({"library_size": 0.0}, "library_size must be a positive finite number"),
+    ({"inverse_dispersion": -1.0}, "inverse_dispersion must be a positive finite number"),
+    ({"n": 2.5}, "n must be an integer >= 1"),
 ])
 def test_bad_options(options, message):
     with pytest.raises(ValueError, match=message):

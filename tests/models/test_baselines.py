@@ -143,6 +143,27 @@ def test_strong_group_lasso_switches_off_whole_columns(synthetic):
     assert np.isfinite(fitted.heldout_log_likelihood(synthetic.X[200:300], 5)).all()
 
 
+@pytest.mark.parametrize("options, message", [
+    ({"group_input_dim": True}, "group_input_dim must be a positive integer, got True"),
+    ({"groups": ["a", None, "b", "a", "b", "c", "c"]}, "groups must be labels of one kind that sort"),
+])
+def test_oi_vae_options_are_checked(synthetic, options, message):
+    with pytest.raises(ValueError, match=message):
+        pyro_sparse.train("oi_vae", synthetic.X, latent_dim=2, max_epochs=1, hidden_dims=(8,), progress=False,
+                          **options)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"num_pseudo_inputs": 2.5}, "num_pseudo_inputs must be a positive integer, got 2.5"),
+    ({"selection_sharpness": -60.0}, "selection_sharpness must be a positive finite number"),
+    ({"selection_threshold": float("nan")}, "selection_threshold .* must be in \\(0, 1\\), got nan"),
+])
+def test_pseudo_input_options_are_checked(synthetic, options, message):
+    with pytest.raises(ValueError, match=message):
+        pyro_sparse.train("vsc", synthetic.X, latent_prior="pseudo_inputs", latent_dim=2, max_epochs=1,
+                          hidden_dims=(8,), progress=False, **options)
+
+
 def test_oi_vae_groups_save_and_load(synthetic, tmp_path):
     X = synthetic.X[:100]
     fitted = pyro_sparse.train("oi_vae", X, latent_dim=2, max_epochs=2, hidden_dims=(6,), group_input_dim=3,
