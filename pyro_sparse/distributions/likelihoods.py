@@ -78,16 +78,26 @@ class NegativeBinomial(dist.NegativeBinomial):
 
 class Poisson(dist.Poisson):
     r"""
-    The Poisson with its log-density x log μ - μ - lgamma(x + 1) taken in
-    float64: at large counts the three terms nearly cancel (0.8 nats of
-    float32 error at x = μ = 1e6).
+    The Poisson of log rate ℓ, with its log-density x ℓ - e^ℓ - lgamma(x + 1)
+    taken in float64 from ℓ itself: at large counts the three terms nearly
+    cancel (0.8 nats of float32 error at x = μ = 1e6), and a float32 rate
+    e^ℓ underflows below ℓ ≈ -88 (then -inf and NaN gradients) where ℓ does not.
     """
+
+    def __init__(self, log_rate, validate_args=None):
+        self.log_rate = log_rate
+        super().__init__(log_rate.exp(), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Poisson, _instance)
+        new.log_rate = self.log_rate.expand(batch_shape)
+        return super().expand(batch_shape, _instance=new)
 
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        rate, x = self.rate.double(), value.double()
-        return torch.xlogy(x, rate).sub(rate).sub(torch.lgamma(x + 1.0)).to(self.rate.dtype)
+        log_rate, x = self.log_rate.double(), value.double()
+        return (x * log_rate - log_rate.exp() - torch.lgamma(x + 1.0)).to(self.log_rate.dtype)
 
 
 def observation(likelihood, output, noise_variance=None, log_library=None, inverse_dispersion=None,
@@ -110,7 +120,7 @@ def observation(likelihood, output, noise_variance=None, log_library=None, inver
     if likelihood in COUNT_LIKELIHOODS:
         log_mean = output + log_library.unsqueeze(-1)
         if likelihood == "poisson":
-            return Poisson(log_mean.exp()).to_event(1)
+            return Poisson(log_mean).to_event(1)
         logits = log_mean - inverse_dispersion.log()
         negative_binomial = NegativeBinomial(total_count=inverse_dispersion, logits=logits)
         if likelihood == "negative_binomial":

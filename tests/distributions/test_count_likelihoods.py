@@ -114,6 +114,29 @@ def test_count_densities_stay_exact_at_large_counts(likelihood):
     np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-6, atol=1e-3)
 
 
+@pytest.mark.parametrize("likelihood", ["poisson", "negative_binomial", "zinb"])
+def test_count_densities_and_gradients_stay_finite_at_extreme_log_means(likelihood):
+    # A gene pushed to a log proportion of -110: e^-110 underflows in float32, the log mean does not.
+    output = torch.tensor([-95.0, -110.0, 30.0], requires_grad=True)
+    distribution = observation(likelihood, output, log_library=torch.tensor(0.0),
+                               inverse_dispersion=torch.full((3,), 10.0), zero_logits=torch.full((3,), -200.0))
+    counts = torch.tensor([5.0, 5.0, 5.0])
+    log_prob = distribution.base_dist.log_prob(counts)
+    log_prob.sum().backward()
+    assert torch.isfinite(log_prob).all() and torch.isfinite(output.grad).all()
+    if likelihood == "poisson":  # x ℓ - e^ℓ - lgamma(x + 1), and its gradient x - e^ℓ
+        expected = 5.0 * output.detach().double() - output.detach().double().exp() - torch.lgamma(torch.tensor(6.0))
+        np.testing.assert_allclose(log_prob.detach().numpy(), expected.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(output.grad.numpy(), (5.0 - output.detach().double().exp()).numpy(), rtol=1e-6)
+
+
+def test_poisson_expands_with_its_log_rate():
+    distribution = observation("poisson", torch.zeros(3), log_library=torch.tensor(1.0)).base_dist
+    expanded = distribution.expand((4, 3))
+    assert expanded.log_rate.shape == (4, 3) and expanded.log_prob(torch.ones(4, 3)).shape == (4, 3)
+    np.testing.assert_allclose(expanded.log_prob(torch.ones(4, 3)).numpy(), st.poisson.logpmf(1, np.e), rtol=1e-6)
+
+
 def test_negative_binomial_gradients_match_finite_differences(setting):
     output, log_library, theta, zero_logits, counts = setting
     args = (output.double().requires_grad_(), theta.double().requires_grad_())
