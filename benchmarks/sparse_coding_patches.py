@@ -314,9 +314,10 @@ def targets(fista_recs, runs, zero):
         checked = ["thr_laplace", best] if "thr_laplace" in tl_rows and best != "thr_laplace" else [best]
         for row in checked:
             out.update(row_targets(row, by_row[row], fista_obj, zero))
+        # A run that diverged past its rollbacks counts as one spike more (it recorded none of its own).
         spikes = sum(r.get("spike_rollbacks", 0) + r.get("nan_rollbacks", 0) + r.get("epoch_spikes", 0)
-                     for rows in by_row.values() for r in rows)
-        out["spikes / rollbacks, all rows and seeds"] = (spikes, 0, spikes == 0)
+                     + (r.get("status") == "diverged") for rows in by_row.values() for r in rows)
+        out["spikes / rollbacks / divergences, all rows and seeds"] = (spikes, 0, spikes == 0)
     order = ["thr_laplace", "spike_slab", "laplacian", "gaussian"]
     if all(mean.get(row) is not None for row in order):
         values = [mean[row] for row in order]
@@ -326,8 +327,12 @@ def targets(fista_recs, runs, zero):
 
 
 def row_targets(row, recs, fista_obj, zero):
-    """The per-row targets of issue 20: (measured, bound, met) by name, each name prefixed with the row."""
+    """
+    The per-row targets of issue 20: (measured, bound, met) by name, each name prefixed with the row; a row
+    with a seed that did not finish misses all of them (the means would be over fewer seeds than asked).
+    """
     objective, recode = stats(recs, "objective")[0], stats(recs, "fista_objective")[0]
+    finished = sum(r.get("status") == "ok" for r in recs)
     density, dead, dead_train = (stats(recs, field)[0] for field in ("density", "dead_atoms", "dead_atoms_train"))
     K = len(recs[0]["atom_usage"])
     checks = {
@@ -338,7 +343,9 @@ def row_targets(row, recs, fista_obj, zero):
         "dead atoms <= 10% (validation patches)": (dead, 0.1 * K, dead <= 0.1 * K),
         "dead atoms <= 10% (training patches)": (dead_train, 0.1 * K, dead_train <= 0.1 * K),
     }
-    return {f"{row}: {name}": value for name, value in checks.items()}
+    checks["every seed finished"] = (finished, len(recs), finished == len(recs))
+    complete = finished == len(recs)
+    return {f"{row}: {name}": (measured, bound, met and complete) for name, (measured, bound, met) in checks.items()}
 
 
 def principal_directions(X, shares=(0.9, 0.95, 0.99)):
@@ -491,7 +498,8 @@ def ssl_dgm_check(args, stem):
                              prior_threshold=(fitted.guide.point_estimate("prior_threshold").detach().tolist()
                                               if getattr(fitted.model.latent_prior, "learn_prior_threshold", False)
                                               else None),
-                             f_score=support_f_score(fitted.W_, train.support, matching),
+                             # W's support as issue 18 defines it (E[γ] > 0.5), as in synthetic_recovery.
+                             f_score=support_f_score(fitted.support_, train.support, matching),
                              nll=heldout_nll(fitted.heldout_log_likelihood(test.X, num_samples=100)),
                              seconds=time.perf_counter() - t0))
             print(f"[{time.perf_counter() - wall0:5.0f}s] ssl_dgm {row} seed {seed}: zeros "
@@ -504,7 +512,9 @@ def ssl_dgm_check(args, stem):
          "`synthetic_correlated_factors` (3 correlated factors with anchors, 30 features; 2,000 training, 1,000 "
          f"held-out points), seeds {args.seeds}; mean ± sd. Wall clock {(time.perf_counter() - wall0) / 60:.1f} min."
          "\n",
-         "Targets: 30-90 % exact zeros, F(W) >= 0.7, held-out NLL within one sd of the Gaussian codes' "
+         "Targets: 30-90 % exact zeros in the codes in use (a code that is 0 on every point is a factor switched "
+         "off, which Gaussian codes show too; 100 % zeros is the collapse the issue names), F(W) >= 0.7 "
+         "(E[γ] > 0.5), held-out NLL within one sd of the Gaussian codes' "
          f"({gaussian_nll[0]:.2f} ± {gaussian_nll[1]:.2f}).\n",
          "| codes | exact zeros | codes always 0 (of K) | zeros in the other codes | F(W) | held-out NLL "
          "| NLL − Gaussian's | s per fit |", "|---|---|---|---|---|---|---|---|"]
@@ -515,8 +525,10 @@ def ssl_dgm_check(args, stem):
                  f"{cell(recs, 'zeros_in_used', '.2g', 100, '%')} | {cell(recs, 'f_score', '.3f')} | "
                  f"{cell(recs, 'nll', '.4g')} | {gap:+.2f} | {cell(recs, 'seconds', '.0f')} |")
     default = [r for r in runs if r["row"] == "thresholded"]
-    zeros, f_score, nll = (float(np.mean([r[k] for r in default])) for k in ("zeros", "f_score", "nll"))
-    checks = [(f"exact zeros {100 * zeros:.0f} % in 30-90 %", 0.3 <= zeros <= 0.9),
+    f_score, nll = (float(np.mean([r[k] for r in default])) for k in ("f_score", "nll"))
+    # A fit whose codes are all 0 has no code in use: 100 % zeros, the collapse.
+    zeros = float(np.mean([1.0 if r["zeros_in_used"] is None else r["zeros_in_used"] for r in default]))
+    checks = [(f"exact zeros in the codes in use {100 * zeros:.0f} % in 30-90 %", 0.3 <= zeros <= 0.9),
               (f"F(W) {f_score:.3f} >= 0.7", f_score >= 0.7),
               (f"NLL {nll:.2f} <= {gaussian_nll[0]:.2f} + {gaussian_nll[1]:.2f}", nll <= sum(gaussian_nll))]
     L.append("\nTargets on the default row (`latent_prior=\"thresholded_laplace\"` and nothing else): "
@@ -593,7 +605,8 @@ def main(argv=None):
     print(f"wrote {stem}.json/.md/.png ({(time.perf_counter() - wall0) / 60:.1f} min)", flush=True)
     if args.quick:
         tl = [r for r in runs if r["row"] == "thr_laplace"]
-        if not tl or any(r["status"] != "ok" or not r["objective"] < zero for r in tl):
+        # Strictly below, beyond rounding: collapsed codes score the zero code itself up to the last digit.
+        if not tl or any(r["status"] != "ok" or not r["objective"] < zero * (1 - 1e-6) for r in tl):
             print(f"FAILED: the thresholded Laplacian's objective is not below the all-zero code's ({zero:.4g})",
                   file=sys.stderr)
             return 1

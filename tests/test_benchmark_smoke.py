@@ -250,7 +250,29 @@ def test_vsc_classification_smoke(tmp_path):
         assert run["seed"] == 1 and run["latent_dim"] == 4 and run["epochs_trained"] == 2
         assert run["rollbacks"] == 0 and run["stopped"] is None and 0 <= run["accuracy"] <= 1
     targets = (tmp_path / "vsc_classification.md").read_text().split("Targets (issue 20)")[1]
-    assert "- seed 1: K = 4 is 0.000 below VSC's best (met)" in targets and "mean over seeds [1]" in targets
+    assert "- seed 1: K = 500 not run (missed; largest K run 4)" in targets and "mean over seeds [1]" in targets
+
+
+def test_zeisel_targets_compare_each_sparse_row_with_the_vae():
+    zeisel = load_benchmark("zeisel_factors")
+    summary = {"sparse": {"accuracy": [0.95, 0.96], "stability_codes": 0.7},
+               "VAE": {"accuracy": [0.955, 0.955], "stability_codes": 0.7}}
+    assert [met for _, _, met in zeisel.targets(summary)] == [True, False]  # equal stability is not above
+
+
+def test_vsc_targets_are_read_at_k_500_and_need_finished_runs():
+    classification = load_benchmark("vsc_classification")
+
+    def row(label, K, accuracy, stopped=None):
+        return {"part": "classification", "label": label, "latent_dim": K, "seed": 0, "accuracy": accuracy,
+                "stopped": stopped}
+
+    runs = [row("VSC", 200, 0.83), row("VSC", 500, 0.80), row("VAE", 200, 0.82), row("VAE", 500, 0.81)]
+    text = classification.classification_targets(runs, "VSC")
+    assert "- seed 0: K = 500 is 0.030 below VSC's best (missed); VSC − VAE +0.010 at K = 200, -0.010 at K = 500 " \
+           "(missed)" in text
+    runs[0]["stopped"] = "training diverged"  # a stopped run is no finished fit, whatever its accuracy
+    assert "- seed 0: incomplete (a run failed or stopped early)" in classification.classification_targets(runs, "VSC")
 
 
 @pytest.mark.usefixtures("one_thread")  # the in-test fit rounds as the benchmark's, on one thread
