@@ -89,6 +89,7 @@ class Poisson(dist.Poisson):
         super().__init__(log_rate.exp(), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
+        """The law over a larger batch shape, its log rate expanded alike."""
         new = self._get_checked_instance(Poisson, _instance)
         new.log_rate = self.log_rate.expand(batch_shape)
         return super().expand(batch_shape, _instance=new)
