@@ -315,8 +315,11 @@ class GeneSetPrior(SpikeSlabLassoPrior):
             if fdr is None:
                 keep = order[errors[order] < 0.5]
             else:
+                # The longest prefix whose mean error is within fdr (the running mean of sorted errors only
+                # rises, but can dip back by a rounding step at exact ties, so take the last index that passes).
                 running_mean = np.cumsum(errors[order]) / np.arange(1, len(order) + 1)
-                keep = order[: int(np.sum(running_mean <= fdr))]
+                passing = np.flatnonzero(running_mean <= fdr)
+                keep = order[: passing[-1] + 1 if passing.size else 0]
             tables.append(pd.DataFrame({
                 "set": np.asarray(self.set_names, dtype=object)[sets[keep]],
                 "gene": np.asarray(self.feature_names, dtype=object)[genes[keep]],

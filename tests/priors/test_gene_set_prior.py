@@ -236,6 +236,15 @@ def test_the_bayesian_fdr_rule_takes_the_longest_list_whose_mean_error_is_within
         p.changes(support[:, :2])
 
 
+def test_the_fdr_rule_keeps_a_list_whose_mean_error_is_exactly_fdr():
+    # Five removals of error 0.1 each: their running means round to 0.1 + 1.4e-17 at the third, yet all five
+    # together have mean error 0.1, so fdr = 0.1 keeps all five.
+    p = prior()
+    support = np.full(tuple(p.inclusion_probs.shape), 0.1)
+    removed = p.changes(support, fdr=0.1).query("change == 'removed'")
+    assert len(removed) == 5
+
+
 def test_resolve_options_records_the_aligned_sets_as_json(tmp_path):
     path = tmp_path / "sets.gmt"
     path.write_text("s1\t-\tA\tB\tX\ns2\t-\tD\tC\n")
