@@ -186,7 +186,11 @@ class FittedModel:
 
     @torch.no_grad()
     def spike_probabilities(self, X):
-        """For spike-and-slab codes, the probability γ_ij that code j of x_i is non-zero, (N, K)."""
+        """
+        For spike-and-slab codes, the probability γ_ij that code j of x_i is
+        non-zero, (N, K): the encoder's, also for a factor the decoder does not
+        use (see ``active_factors_``), whose code :meth:`transform` reads as 0.
+        """
         return np.concatenate([self._gates(batch).cpu().numpy() for batch in self._batches(X, needs_library=False)])
 
     @torch.no_grad()
@@ -218,7 +222,9 @@ class FittedModel:
         """
         Draws z ~ q(z | x), shape (num_samples, N, K): z's marginal under the
         guide, so where q(z | x) depends on another local site (a learned
-        threshold λ), each code comes with its own draw of λ.
+        threshold λ), each code comes with its own draw of λ.  A factor the
+        decoder does not use (not in ``active_factors_``) is drawn from q all
+        the same; it changes no data.
         """
         _check_num_samples(num_samples)
         samples = []
@@ -263,20 +269,20 @@ class FittedModel:
     @torch.no_grad()
     def get_normalized_expression(self, X, batch=None, library_size=1.0):
         """
-        Denoised expression of X, (N, G): for the count likelihoods the decoder's
-        proportions at E_q[z | x] scaled to ``library_size`` per cell (1: they sum
-        to 1), else E[x | z] as :meth:`reconstruct`.  ``batch`` decodes every
+        Denoised expression of X, (N, G): for the count likelihoods and the
+        multinomial the decoder's proportions at E_q[z | x] scaled to
+        ``library_size`` per cell (1: they sum to 1), else E[x | z] as :meth:`reconstruct`.  ``batch`` decodes every
         cell as if it came from that batch (counterfactual, batch effect
         removed: the codes are still inferred from the cell's own batch, as
         scvi-tools' ``transform_batch``); it needs a model trained with a ``batch_key``.
         """
-        counts = self.model.observation.counts
+        counts = self.model.observation.counts or self.config["likelihood"] == "multinomial"  # proportions
         if isinstance(library_size, bool) or not isinstance(library_size, (int, float, np.integer, np.floating)) \
                 or not 0 < library_size < math.inf:
             raise ValueError(f"library_size must be a positive finite number (the total each cell is scaled to), "
                              f"got {library_size!r}")
         if not counts and library_size != 1.0:
-            raise ValueError(f"library_size scales the proportions of the count likelihoods; the "
+            raise ValueError(f"library_size scales the proportions of the count and multinomial likelihoods; the "
                              f"{self.config['likelihood']} likelihood's expression is E[x | z] in the data's units: "
                              "leave library_size out")
         spec = CovariateSpec.from_config(self.config.get("covariates"))
@@ -287,7 +293,7 @@ class FittedModel:
             kwargs, decode_with = dict(piece.kwargs), {}
             if batch is not None:  # encoded as observed, decoded as if from `batch`
                 decode_with["covariates"] = spec.with_batch(piece.covariates, batch)
-            if counts and not self.model.observation.latent_library:
+            if self.model.observation.counts and not self.model.observation.latent_library:
                 kwargs["library"] = piece.x.new_ones(piece.x.shape[0])  # the decoder's rates without the offset
             mean = expected_observation(self.model, self.guide, piece.x, decode_with=decode_with, **kwargs)
             pieces.append((mean / mean.sum(-1, keepdim=True) * library_size if counts else mean).cpu().numpy())
@@ -422,7 +428,11 @@ class FittedModel:
 
     @property
     def W_(self):
-        """The decoder mask W, (G, K); entries in the spike are exactly 0."""
+        """
+        The decoder mask W, (G, K); entries in the spike are exactly 0.  For
+        ``oi_vae`` the group weights, (groups, K, p): ``W_[g, k]`` is column k
+        of W^{(g)}.
+        """
         return self._point("W")
 
     @property
