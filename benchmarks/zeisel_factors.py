@@ -199,7 +199,8 @@ def markdown(summary, table, data, args, kept):
         lines.append(f"| {name} | {cells} |")
     lines += ["", "Targets (issue 18; accuracy and stability on all cells, the probe's folds held out):", "",
               "| target | measured | met |", "|---|---|---|",
-              *[f"| {target} | {measured} | {'yes' if met else '**no**'} |" for target, measured, met in targets(summary)]]
+              *[f"| {target} | {measured} | {'yes' if met else '**no**'} |"
+                for target, measured, met in targets(summary)]]
     return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,7 @@ from pyro_sparse.data import (
     feature_names_of,
 )
 from pyro_sparse.data.covariates import CovariateSpec
+from pyro_sparse.distributions.util import positive_number
 from pyro_sparse.infer.config import is_count
 from pyro_sparse.infer.importance import (
     exact_guide_trace,
@@ -277,10 +278,7 @@ class FittedModel:
         scvi-tools' ``transform_batch``); it needs a model trained with a ``batch_key``.
         """
         counts = self.model.observation.counts or self.config["likelihood"] == "multinomial"  # proportions
-        if isinstance(library_size, bool) or not isinstance(library_size, (int, float, np.integer, np.floating)) \
-                or not 0 < library_size < math.inf:
-            raise ValueError(f"library_size must be a positive finite number (the total each cell is scaled to), "
-                             f"got {library_size!r}")
+        library_size = positive_number("library_size", library_size)  # the total each cell is scaled to
         if not counts and library_size != 1.0:
             raise ValueError(f"library_size scales the proportions of the count and multinomial likelihoods; the "
                              f"{self.config['likelihood']} likelihood's expression is E[x | z] in the data's units: "

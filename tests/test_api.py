@@ -235,7 +235,8 @@ def test_corrupt_and_altered_files_are_refused(fitted, tmp_path):
         pyro_sparse.load(future)
 
 
-@pytest.mark.parametrize("states", [torch.zeros(3), [1], {"guide": torch.zeros(2)}, {"guide": {"W": [1.0]}}])
+@pytest.mark.parametrize("states", [torch.zeros(3), [1], {"guide": torch.zeros(2)}, {"guide": {"W": [1.0]}},
+                                    {"guide": {"W": torch.eye(2).to_sparse()}}])
 def test_files_whose_states_are_not_tensors_by_name_fail_the_checksum(fitted, tmp_path, states):
     path = tmp_path / "model.pt"
     fitted.save(path)

@@ -369,10 +369,12 @@ def test_learn_dictionary_checks_its_start_and_step_options(options, message):
     ({"check_every": 0}, "check_every must be an integer >= 1"),
     ({"lipschitz": -1.0}, "lipschitz must be a positive finite number"),
     ({"lipschitz": float("nan")}, "lipschitz must be a positive finite number"),
-    ({"lam": np.full(3, 0.1)}, "lam must be a scalar or broadcastable to the codes' shape \\(4, 5\\), got shape \\(3,\\)"),
+    ({"lam": np.full(3, 0.1)}, "lam must be .* broadcastable to the codes' shape \\(4, 5\\), got shape \\(3,\\)"),
+    ({"lam": np.full((5, 5), 0.1), "X": 1}, "broadcastable to the codes' shape \\(1, 5\\), got shape \\(5, 5\\)"),
 ])
 def test_fista_checks_its_options(options, message):
     A, X = _problem(10, 5)
     options = {"lam": 0.1, **options}
+    X = X[: options.pop("X", len(X))]  # "X": 1 keeps one data point
     with pytest.raises(ValueError, match=message):
         fista(X, A, options.pop("lam"), **options)

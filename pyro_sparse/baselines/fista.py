@@ -143,7 +143,8 @@ def _check_problem(X, dictionary, lam):
     if not bool((torch.isfinite(lam_t) & (lam_t >= 0)).all()):
         raise ValueError("lam must be finite and non-negative")
     try:
-        broadcastable = lam_t.ndim <= 2 and torch.broadcast_shapes(lam_t.shape, (X.shape[0], A.shape[1]))
+        broadcastable = lam_t.ndim <= 2 and tuple(torch.broadcast_shapes(lam_t.shape, (X.shape[0], A.shape[1]))) == (
+            X.shape[0], A.shape[1])
     except RuntimeError:
         broadcastable = False
     if not broadcastable:
@@ -241,9 +242,9 @@ def fista(
     """
     X, A, lam_t, squeeze = _check_problem(X, dictionary, lam)
     _check_fista_options(num_iterations, warmup, warmup_start)
-    if not (isinstance(check_every, int) and check_every >= 1):
+    if isinstance(check_every, bool) or not isinstance(check_every, (int, np.integer)) or check_every < 1:
         raise ValueError(f"check_every must be an integer >= 1, got {check_every!r}")
-    if lipschitz is not None and not 0 < lipschitz < math.inf:
+    if lipschitz is not None and (isinstance(lipschitz, bool) or not 0 < lipschitz < math.inf):
         raise ValueError(f"lipschitz must be a positive finite number (the largest eigenvalue of A^T A), "
                          f"got {lipschitz!r}")
     n, k = X.shape[0], A.shape[1]

@@ -249,15 +249,17 @@ def synthetic_gene_set_counts(n=2000, num_genes=200, num_sets=6, set_size=20, nu
     _integer("num_sets", num_sets, 1)
     _integer("num_unannotated", num_unannotated, 0)
     if not 0 < set_size < num_genes:
-        raise ValueError(f"set_size must be in [1, num_genes={num_genes}), got {set_size}: a set needs genes outside it")
+        raise ValueError(f"set_size must be in [1, num_genes={num_genes}), got {set_size}: "
+                         "a set needs genes outside it")
     kept = set_size - round(missing_fraction * set_size)
     if round(wrong_fraction * kept / (1 - wrong_fraction)) > num_genes - set_size:
         raise ValueError(f"wrong_fraction={wrong_fraction} needs more wrong genes per set than the "
                          f"{num_genes - set_size} genes outside it")
-    if not (0 < effect[0] <= effect[1] < np.inf):
-        raise ValueError(f"effect must be (low, high) with 0 < low <= high, got {effect!r}: a zero effect is no support")
+    if np.shape(effect) != (2,) or not 0 < effect[0] <= effect[1] < np.inf:
+        raise ValueError(f"effect must be (low, high) with 0 < low <= high, got {effect!r}: "
+                         "a zero effect is no support")
     for name, value in (("library_size", library_size), ("inverse_dispersion", inverse_dispersion)):
-        if not 0 < value < np.inf:
+        if isinstance(value, bool) or not 0 < value < np.inf:
             raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     num_factors = num_sets + num_unannotated
     structure = np.random.default_rng([_map_seed(seed), 0])

@@ -35,7 +35,10 @@ def on_device(obj, device):
 
 
 def positive_number(name, value):
-    """``value`` as a float if it is a finite positive real number (numpy's too, not a bool); else a ValueError naming ``name``."""
+    """
+    ``value`` as a float if it is a finite positive real number (numpy's
+    too, not a bool); else a ValueError naming ``name``.
+    """
     if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < math.inf):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     return float(value)

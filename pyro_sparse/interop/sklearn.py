@@ -29,7 +29,7 @@ Conventions, as scikit-learn's:
   on the same device), ``None`` or a ``numpy.random.RandomState`` (a seed is
   drawn from it).  ``n_init`` fits with seeds ``seed, seed + 1, ...`` and keeps
   the one of lowest training loss at the end, or, with a validation split
-  (each seed draws its own), of lowest -ELBO on all of X; with ``n_init > 1``,
+  (each seed draws its own), of lowest -ELBO of the data on all of X; with ``n_init > 1``,
   ``factor_stability_`` says whether those fits found the same factors
   (:func:`~pyro_sparse.evaluation.factor_stability`: matched ``|corr|`` of their
   codes on the training data and Jaccard of their supports).  Note that ``train`` seeds the global random number
@@ -54,6 +54,7 @@ likelihood-based evaluation of the other models.
 """
 
 import inspect
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -100,16 +101,20 @@ def _named(X, names):
 
 def _kept_loss(fitted, X):
     """
-    -ELBO per point of the state a fit returned, to rank the ``n_init`` fits:
-    its last epoch's training loss, or, when it held out a validation split,
-    the -ELBO on all of X with common draws, since each seed draws its own
+    The loss per point by which the ``n_init`` fits are ranked: a fit's last
+    epoch's training loss (-ELBO), or, when it held out a validation split,
+    minus its data points' ELBO on all of X (one importance sample, common
+    draws; without the global priors' terms), since each seed draws its own
     split and the fits' training losses are then taken on different rows.
+    NaN (a fit whose bound is not finite) ranks last.
     """
     if not fitted.config["training"].get("validation_fraction"):
-        return fitted.history_["train_loss"][-1]
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return -float(np.mean(fitted.heldout_log_likelihood(X, num_samples=1)))
+        loss = fitted.history_["train_loss"][-1]
+    else:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            loss = -float(np.mean(fitted.heldout_log_likelihood(X, num_samples=1)))
+    return math.inf if math.isnan(loss) else loss
 
 
 def _fitted_property(name, doc):
@@ -197,7 +202,7 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         fits = [train(model=self._model_name, data=data, seed=seed + i, **parameters, **options)
                 for i in range(n_init)]
         # The fit of lowest -ELBO per point, as KMeans keeps its best of n_init; both attributes or neither.
-        kept = min(fits, key=lambda fitted: _kept_loss(fitted, data))
+        kept = fits[0] if n_init == 1 else min(fits, key=lambda fitted: _kept_loss(fitted, data))
         if n_init > 1:
             self.factor_stability_ = factor_stability(fits, X)
         self.fitted_ = kept
@@ -520,8 +525,9 @@ class LatentDimChoice(NamedTuple):
     ``table``: one dict per candidate, in the order given, with its
     ``latent_dim``, ``code_stability`` and ``support_jaccard`` (the
     :class:`~pyro_sparse.evaluation.FactorStability` of its ``n_init`` fits),
-    ``active_factors`` (of the kept fit) and ``loss`` (the kept fit's training
-    loss, -ELBO per point).
+    ``active_factors`` (of the kept fit) and ``loss`` (what ``n_init`` ranked
+    the kept fit by, per point: its training loss, or with a validation split
+    minus its data's ELBO on X).
     """
 
     latent_dim: int

@@ -36,7 +36,7 @@ def _well_formed(config_json, states):
     """The layout :func:`write` gives: JSON text, and part name -> {key: tensor}."""
     return isinstance(config_json, str) and isinstance(states, dict) and all(
         isinstance(part, str) and isinstance(state, dict)
-        and all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items())
+        and all(isinstance(k, str) and torch.is_tensor(v) and v.layout == torch.strided for k, v in state.items())
         for part, state in states.items()
     )
 

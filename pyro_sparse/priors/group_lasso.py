@@ -4,7 +4,7 @@ import torch
 
 from pyro_sparse.distributions import GroupLasso
 from pyro_sparse.distributions.util import positive_number
-from pyro_sparse.priors.site import SitePrior
+from pyro_sparse.priors.site import SitePrior, gradient_averaging_weight
 
 
 def group_soft_threshold(value, threshold):
@@ -59,10 +59,8 @@ class GroupLassoPrior(SitePrior):
     def __init__(self, num_groups, latent_dim, group_dim, lam=1.0, gradient_averaging=0.01):
         super().__init__()
         lam = positive_number("lam", lam)
-        if not 0 < gradient_averaging <= 1:
-            raise ValueError(f"gradient_averaging is a running average's weight in (0, 1], got {gradient_averaging!r}")
         self.num_groups, self.latent_dim, self.group_dim = num_groups, latent_dim, group_dim
-        self.gradient_averaging = float(gradient_averaging)
+        self.gradient_averaging = gradient_averaging_weight(gradient_averaging)
         self.register_buffer("rate", torch.tensor(lam))
         self.register_buffer("average_gradient", torch.zeros(num_groups, latent_dim, group_dim))
         self.register_buffer("num_steps", torch.zeros((), dtype=torch.long))

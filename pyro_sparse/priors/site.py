@@ -28,6 +28,13 @@ from torch.distributions import Distribution
 from pyro_sparse.distributions.util import on_device
 
 
+
+def gradient_averaging_weight(value):
+    """The weight of the newest gradient in a zero test's running average, checked to lie in (0, 1]."""
+    if isinstance(value, bool) or not 0 < value <= 1:
+        raise ValueError(f"gradient_averaging is a running average's weight in (0, 1], got {value!r}")
+    return float(value)
+
 class SitePrior(nn.Module):
     """A prior with the fitting hooks described above; each does nothing unless overridden."""
 

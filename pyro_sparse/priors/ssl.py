@@ -4,7 +4,8 @@ import numpy as np
 import torch
 
 from pyro_sparse.distributions import SpikeSlabLasso
-from pyro_sparse.priors.site import SitePrior
+from pyro_sparse.distributions.util import positive_number
+from pyro_sparse.priors.site import SitePrior, gradient_averaging_weight
 
 
 class SpikeSlabLassoPrior(SitePrior):
@@ -67,17 +68,14 @@ class SpikeSlabLassoPrior(SitePrior):
     def __init__(self, num_features, latent_dim, lambda0=10.0, lambda1=1.0, a=1.0, b=None, gradient_averaging=0.01,
                  lambda0_path=None, lambda0_path_epochs=10.0, initial_support=None, sparse_restart=False):
         super().__init__()
-        if not (lambda0 > 0 and lambda1 > 0):
-            raise ValueError(f"lambda0 and lambda1 must be positive, got {lambda0}, {lambda1}")
+        lambda0, lambda1 = positive_number("lambda0", lambda0), positive_number("lambda1", lambda1)
         if lambda0 < lambda1:
             raise ValueError(
                 f"the spike rate lambda0 ({lambda0}) must be at least the slab rate lambda1 ({lambda1})"
             )
-        b = float(num_features) if b is None else float(b)
-        if not (a > 0 and b > 0):
-            raise ValueError(f"Beta hyperparameters a and b must be positive, got {a}, {b}")
-        self.lambda0, self.lambda1, self.a, self.b = float(lambda0), float(lambda1), float(a), b
-        self.gradient_averaging = float(gradient_averaging)
+        a, b = positive_number("a", a), float(num_features) if b is None else positive_number("b", b)
+        self.lambda0, self.lambda1, self.a, self.b = lambda0, lambda1, a, b
+        self.gradient_averaging = gradient_averaging_weight(gradient_averaging)
         self.gradient_averaging_scale = 1.0  # the model's: the share of features each step scores
         self.num_features = num_features
         self.lambda0_path = tuple(float(rate) for rate in lambda0_path) if lambda0_path is not None else ()

@@ -70,7 +70,8 @@ def test_normalized_expression_needs_a_positive_library_size_and_counts(adata):
     with pytest.raises(ValueError, match="leave library_size out"):
         gaussian.get_normalized_expression(adata[:3], library_size=1e4)
     # The multinomial's expression is proportions too: library_size scales them.
-    multinomial = pyro_sparse.train("vae", adata, likelihood="multinomial", layer="counts", **{**QUICK, "max_epochs": 1})
+    multinomial = pyro_sparse.train("vae", adata, likelihood="multinomial", layer="counts",
+                                    **{**QUICK, "max_epochs": 1})
     np.testing.assert_allclose(multinomial.get_normalized_expression(adata[:3], library_size=1e4).sum(1), 1e4,
                                rtol=1e-5)
 
