@@ -81,8 +81,10 @@ class ThresholdedGuide(AmortizedGuide):
     # Model files written before the bound existed clamped the log-scale at 15 only.
     former_defaults = {**AmortizedGuide.former_defaults, "max_scale_ratio": None, "threshold_warmup_epochs": 0.0}
     # The scale warm-up is the Laplace base's (train refuses it with the Gaussian's).
-    option_conditions = {name: ("latent_prior", ("thresholded_laplace",))
-                         for name in ("scale_warmup_start", "scale_warmup_rate")}
+    option_conditions = {**{name: ("latent_prior", ("thresholded_laplace",))
+                            for name in ("scale_warmup_start", "scale_warmup_rate")},
+                         # Plain codes (threshold=None) have no threshold to estimate through or warm up.
+                         **{name: ("threshold", "given") for name in ("estimator", "threshold_warmup_epochs")}}
 
     def __init__(
         self,

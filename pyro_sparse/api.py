@@ -41,7 +41,9 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
     :param optimization: an :class:`~pyro_sparse.infer.config.Optimization` (global learning rate,
         decay, particles per step).  For ``optimization``, ``schedule`` and ``checkpointing``,
         ``None`` is the model's default: the defaults of the classes, except ``tvsc``'s
-        ``Optimization(global_lr=0.1, lr_decay=0.99)`` and ``Checkpointing(on_divergence="rollback")``
+        ``Optimization(global_lr=0.1, lr_decay=0.99)`` and
+        ``Checkpointing(on_divergence="rollback", spike_factor=10.0)`` (a ``checkpointing`` passed
+        replaces that whole object: keep both fields in it to keep the rollback and the spike guard)
         (:func:`pyro_sparse.registry.training_defaults`).
     :param schedule: a :class:`~pyro_sparse.infer.config.Schedule` (KL warm-up, validation, early stopping).
     :param checkpointing: a :class:`~pyro_sparse.infer.config.Checkpointing` (checkpoint files,

@@ -631,7 +631,15 @@ def _place_schedules(model, guide, settings):
     resumed run may change ``max_epochs`` and those options, not the epochs.
     """
     placed = {"epochs": {}, "options": []}
-    for module in (model, guide):
+    if 0 < settings.max_epochs <= settings.warmup_epochs:
+        warnings.warn(
+            f"the KL warm-up lasts {settings.warmup_epochs:g} epochs, not less than max_epochs={settings.max_epochs}: "
+            "training ends before the objective is the ELBO (the codes' KL and the priors' proximal steps never reach "
+            "full weight); lower kl_warmup_epochs or train longer",
+            stacklevel=4,
+        )
+    # Every module that places a schedule (a prior inside the model too, e.g. the SSL's λ0 path).
+    for module in (*model.modules(), *guide.modules()):
         check_schedule = getattr(module, "check_schedule", None)
         if check_schedule is not None:
             placed["epochs"].update(check_schedule(settings.warmup_epochs, settings.max_epochs) or {})

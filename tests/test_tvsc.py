@@ -283,3 +283,16 @@ def test_bad_patches_are_named(digits):
     fitted = pyro_sparse.train("tvsc", digits, decoder="linear", **QUICK)
     with pytest.raises(DataError, match="49 features but the model was trained on 64"):
         fitted.transform(digits[:, :49])  # 7x7 patches for an 8x8 dictionary
+
+
+@pytest.mark.parametrize("options, refused", [
+    ({"threshold_beta": 0.5}, "threshold_beta=0.5 acts only with learn_threshold"),
+    ({"threshold": None, "amortized_threshold": True}, "amortized_threshold=True acts only with threshold given"),
+    ({"threshold": None, "kl": "augmented"}, "kl='augmented' acts only with threshold given"),
+    ({"threshold": None, "estimator": "straight_through"}, "estimator='straight_through' acts only with threshold"),
+    ({"threshold": None, "threshold_warmup_epochs": 2}, "threshold_warmup_epochs=2 acts only with threshold given"),
+])
+def test_threshold_options_that_would_be_ignored_are_refused(options, refused):
+    X = np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32)
+    with pytest.raises(ValueError, match=refused):
+        pyro_sparse.train("tvsc", X, latent_dim=2, hidden_dims=(8,), max_epochs=1, progress=False, **options)

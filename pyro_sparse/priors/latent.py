@@ -331,6 +331,9 @@ class ThresholdedPrior(LatentPrior):
     site = "prior_threshold"
     # Files written while β2 did not follow β1 were trained with 0.1.
     former_defaults = {"threshold_beta": 0.1}
+    # Options that act only with a threshold, or only on a learned one.
+    option_conditions = {"threshold_beta": ("learn_threshold", (True,)),
+                         **{name: ("threshold", "given") for name in ("amortized_threshold", "kl")}}
 
     def __init__(
         self, latent_dim, base, threshold, prior_scale, learn_threshold=False, threshold_concentration=3.0,

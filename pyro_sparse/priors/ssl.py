@@ -1,5 +1,7 @@
 """The Spike-and-Slab Lasso prior of the decoder mask W with its EM hooks (Moran et al. 2022, Algorithm 1)."""
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -126,6 +128,17 @@ class SpikeSlabLassoPrior(SitePrior):
         strongest = magnitude == magnitude.max(dim=1, keepdim=True).values
         strongest &= magnitude > 0
         return strongest & (strongest.cumsum(1) == 1)  # one entry per feature, the first of any ties
+
+    def check_schedule(self, kl_warmup_epochs, max_epochs):
+        """Before training: warn if the λ0 path outlasts the run, so that λ0 itself never applies."""
+        end = len(self.lambda0_path) * self.lambda0_path_epochs
+        if self.lambda0_path and end >= max_epochs:
+            warnings.warn(
+                f"the lambda0 path {list(self.lambda0_path)} ends at epoch {end:g} "
+                f"({self.lambda0_path_epochs:g} per rung), not before max_epochs={max_epochs}: the fit never "
+                f"reaches lambda0={self.lambda0:g}, which its file records; train longer or shorten the path",
+                stacklevel=5,
+            )
 
     def schedule(self, epoch, iteration):
         """Called by the training loop before each step: the spike rate of the current rung of the λ0 path."""

@@ -95,3 +95,9 @@ def test_settings_that_would_act_on_nothing_are_refused(X):
         pyro_sparse.Checkpointing(every=5)
     with pytest.raises(ValueError, match="max_rollbacks=5 acts only with on_divergence='rollback'"):
         pyro_sparse.Checkpointing(max_rollbacks=5)
+
+
+def test_a_kl_warmup_that_outlasts_training_is_warned_about(X):
+    with pytest.warns(UserWarning, match="KL warm-up lasts 3 epochs, not less than max_epochs=2"):
+        pyro_sparse.train("vae", X, latent_dim=2, hidden_dims=(8,), max_epochs=2, progress=False,
+                          schedule=Schedule(kl_warmup_epochs=3))

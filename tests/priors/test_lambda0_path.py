@@ -64,3 +64,9 @@ def test_unused_factors_read_zero_in_transform():
     assert np.all(fitted.W_[:, 2] != 0) and not fitted.support_[:, 2].any()
     assert list(fitted.active_factors_) == [0, 2]
     assert list(pyro_sparse.train("vae", X, max_epochs=1, **QUICK).active_factors_) == [0, 1, 2]
+
+
+def test_a_path_that_outlasts_training_is_warned_about():
+    X = synthetic_sparse_dgm(n=100, rho=0.0, seed=0).X
+    with pytest.warns(UserWarning, match=r"lambda0 path \[2.0, 5.0\] ends at epoch 6 .* never reaches lambda0=10"):
+        pyro_sparse.train("ssl_dgm", X, max_epochs=2, lambda0_path=(2.0, 5.0), lambda0_path_epochs=3.0, **QUICK)
