@@ -250,26 +250,31 @@ class SVIModel:
         Refuse an option set away from its default where it has no effect: a
         class's ``option_conditions`` maps an option to the setting and the
         values of it under which the option acts (e.g. a decoder kind), or
-        ``"given"``: whenever the setting is neither None nor empty.
+        ``"given"``: whenever the setting is neither None nor empty; or to a
+        list of such pairs, any of which lets it act.
         """
         settings = {**self.defaults(hyper), **hyper}
+
+        def acts(setting, values):
+            value = settings.get(setting)
+            given = value is not None and not (isinstance(value, (tuple, list)) and len(value) == 0)
+            return given if values == "given" else value in values
+
         for cls in self._option_classes(hyper):
-            for option, (setting, values) in getattr(cls, "option_conditions", {}).items():
-                value = settings.get(setting)
-                given = value is not None and not (isinstance(value, (tuple, list)) and len(value) == 0)
-                acts = given if values == "given" else value in values
-                if option not in hyper or acts:
+            for option, conditions in getattr(cls, "option_conditions", {}).items():
+                conditions = conditions if isinstance(conditions, list) else [conditions]
+                if option not in hyper or any(acts(setting, values) for setting, values in conditions):
                     continue
                 try:
                     differs = bool(hyper[option] != _parameters(cls)[option].default)
                 except (TypeError, ValueError):  # e.g. an array, compared elementwise
                     differs = True
                 if differs:
-                    where = f"{setting} given" if values == "given" else f"{setting} in {list(values)}"
-                    raise ValueError(
-                        f"{option}={hyper[option]!r} acts only with {where}; this run has {setting}={value!r}, "
-                        "where it would be ignored: leave it out"
-                    )
+                    where = " or ".join(f"{setting} given" if values == "given" else f"{setting} in {list(values)}"
+                                        for setting, values in conditions)
+                    has = ", ".join(f"{setting}={settings.get(setting)!r}" for setting, _ in conditions)
+                    raise ValueError(f"{option}={hyper[option]!r} acts only with {where}; this run has {has}, "
+                                     "where it would be ignored: leave it out")
 
     def _encoder_defaults(self, likelihood, hyper):
         """

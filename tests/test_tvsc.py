@@ -287,6 +287,9 @@ def test_bad_patches_are_named(digits):
 
 @pytest.mark.parametrize("options, refused", [
     ({"threshold_beta": 0.5}, "threshold_beta=0.5 acts only with learn_threshold"),
+    ({"threshold_concentration": 5.0}, "threshold_concentration=5.0 acts only with learn_threshold in \\[True\\] or "
+                                       "learn_prior_threshold in \\[True, None\\]; this run has learn_threshold=False, "
+                                       "learn_prior_threshold=False"),
     ({"threshold": None, "amortized_threshold": True}, "amortized_threshold=True acts only with threshold given"),
     ({"threshold": None, "kl": "augmented"}, "kl='augmented' acts only with threshold given"),
     ({"threshold": None, "estimator": "straight_through"}, "estimator='straight_through' acts only with threshold"),

@@ -333,6 +333,9 @@ class ThresholdedPrior(LatentPrior):
     former_defaults = {"threshold_beta": 0.1}
     # Options that act only with a threshold, or only on a learned one.
     option_conditions = {"threshold_beta": ("learn_threshold", (True,)),
+                         # learn_prior_threshold=None: learned where the model's defaults allow (ssl_dgm, vae, ...).
+                         "threshold_concentration": [("learn_threshold", (True,)),
+                                                     ("learn_prior_threshold", (True, None))],
                          **{name: ("threshold", "given") for name in ("amortized_threshold", "kl")}}
 
     def __init__(
