@@ -169,6 +169,11 @@ def test_bad_arguments_are_named(data):
         with pytest.raises(TypeError, match=r"did you mean 'kl_warmup_epochs'\? \('kl_warmup_epochs' is a setting of "
                                             r"Schedule"):
             pyro_sparse.train(model, data.X, kl_warmup_epoch=3)
+        # Other libraries' names for train's arguments.
+        for other, ours in (("epochs", "max_epochs"), ("learning_rate", "lr"), ("n_components", "latent_dim"),
+                            ("random_state", "seed")):
+            with pytest.raises(TypeError, match=f"'{other}': did you mean '{ours}'"):
+                pyro_sparse.train(model, data.X, **{other: 1})
     with pytest.raises(DataError, match=r"data is a path \('cells.csv'\), not data: read it first"):
         pyro_sparse.train("ssl_dgm", "cells.csv")
 

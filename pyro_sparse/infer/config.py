@@ -216,6 +216,12 @@ def setting_hint(name):
     return f"{name!r} is a setting of {owner.__name__}: pass {owner.__name__.lower()}={owner.__name__}({field_name}=...)"
 
 
+# Names other libraries use for train's arguments and settings (scikit-learn, PyTorch Lightning, scvi-tools).
+OTHER_NAMES = {"epochs": "max_epochs", "n_epochs": "max_epochs", "learning_rate": "lr", "n_components": "latent_dim",
+               "n_latent": "latent_dim", "random_state": "seed", "kl_warmup": "kl_warmup_epochs",
+               "n_epochs_kl_warmup": "kl_warmup_epochs"}
+
+
 def unknown_options_error(model, unknown, accepted, keywords=(), belongs=None):
     """
     The TypeError for options ``model`` does not take: where each belongs (a
@@ -226,7 +232,9 @@ def unknown_options_error(model, unknown, accepted, keywords=(), belongs=None):
     hints = []
     for name in unknown:
         hint = setting_hint(name) or (belongs(name) if belongs is not None else None)
-        close = difflib.get_close_matches(name, [*accepted, *keywords, *settings], n=1, cutoff=0.8)
+        candidates = [*accepted, *keywords, *settings]
+        close = ([OTHER_NAMES[name]] if OTHER_NAMES.get(name) in candidates
+                 else difflib.get_close_matches(name, candidates, n=1, cutoff=0.8))
         if hint is None and close:
             hint = f"{name!r}: did you mean {close[0]!r}?" + (f" ({setting_hint(close[0])})" if close[0] in settings
                                                                else "")
