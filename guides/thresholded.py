@@ -9,8 +9,8 @@ import torch
 from pyro import poutine
 from torch.nn import functional
 
+from pyro_sparse.checks import positive_number
 from pyro_sparse.distributions.thresholded import ESTIMATORS, code_distribution
-from pyro_sparse.distributions.util import positive_number
 from pyro_sparse.guides.amortized import AmortizedGuide
 
 # A new amortised gate starts open, P(z != 0) = sigmoid(2) ≈ 0.88 (see ThresholdedGuide).

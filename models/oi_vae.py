@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.distributions import constraints
 
+from pyro_sparse.checks import is_count
 from pyro_sparse.nn import Decoder, FeatureAffine, ObservationModel
 from pyro_sparse.plates import data_plate
 from pyro_sparse.priors import (
@@ -161,8 +162,7 @@ class OIVAE(nn.Module):
         super().__init__()
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta}")
-        if isinstance(group_input_dim, bool) or not isinstance(group_input_dim, (int, np.integer)) \
-                or group_input_dim < 1:
+        if not is_count(group_input_dim):
             raise ValueError(f"group_input_dim must be a positive integer, got {group_input_dim!r}")
         if groups is None:
             group_of_feature = np.arange(num_features)

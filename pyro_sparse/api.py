@@ -4,9 +4,10 @@ import inspect
 import warnings
 
 from pyro_sparse import registry
+from pyro_sparse.checks import is_count
 from pyro_sparse.data import DataError
 from pyro_sparse.distributions.likelihoods import check_likelihood
-from pyro_sparse.infer.config import TrainingSettings, is_count
+from pyro_sparse.infer.config import TrainingSettings
 from pyro_sparse.io import anndata as anndata_io
 from pyro_sparse.io import serialization
 

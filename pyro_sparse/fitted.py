@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from pyro import poutine
 
+from pyro_sparse.checks import is_count, positive_number
 from pyro_sparse.data import (
     DataError,
     Dataset,
@@ -16,8 +17,6 @@ from pyro_sparse.data import (
     feature_names_of,
 )
 from pyro_sparse.data.covariates import CovariateSpec
-from pyro_sparse.distributions.util import positive_number
-from pyro_sparse.infer.config import is_count
 from pyro_sparse.infer.importance import (
     exact_guide_trace,
     expected_observation,
@@ -272,14 +271,15 @@ class FittedModel:
         """
         Denoised expression of X, (N, G): for the count likelihoods and the
         multinomial the decoder's proportions at E_q[z | x] scaled to
-        ``library_size`` per cell (1: they sum to 1), else E[x | z] as :meth:`reconstruct`.  ``batch`` decodes every
+        ``library_size`` per cell (1: they sum to 1), else E[x | z] as
+        :meth:`reconstruct`.  ``batch`` decodes every
         cell as if it came from that batch (counterfactual, batch effect
         removed: the codes are still inferred from the cell's own batch, as
         scvi-tools' ``transform_batch``); it needs a model trained with a ``batch_key``.
         """
-        counts = self.model.observation.counts or self.config["likelihood"] == "multinomial"  # proportions
+        proportions = self.model.observation.counts or self.config["likelihood"] == "multinomial"
         library_size = positive_number("library_size", library_size)  # the total each cell is scaled to
-        if not counts and library_size != 1.0:
+        if not proportions and library_size != 1.0:
             raise ValueError(f"library_size scales the proportions of the count and multinomial likelihoods; the "
                              f"{self.config['likelihood']} likelihood's expression is E[x | z] in the data's units: "
                              "leave library_size out")
@@ -294,7 +294,7 @@ class FittedModel:
             if self.model.observation.counts and not self.model.observation.latent_library:
                 kwargs["library"] = piece.x.new_ones(piece.x.shape[0])  # the decoder's rates without the offset
             mean = expected_observation(self.model, self.guide, piece.x, decode_with=decode_with, **kwargs)
-            pieces.append((mean / mean.sum(-1, keepdim=True) * library_size if counts else mean).cpu().numpy())
+            pieces.append((mean / mean.sum(-1, keepdim=True) * library_size if proportions else mean).cpu().numpy())
         return np.concatenate(pieces)
 
     def loadings(self, names=None):

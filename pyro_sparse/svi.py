@@ -30,13 +30,14 @@ import torch
 from pyro.infer import TraceMeanField_ELBO
 from torch.distributions import Distribution
 
+from pyro_sparse.checks import is_count
 from pyro_sparse.data import DataSummary, check_training_data
 from pyro_sparse.data.covariates import CovariateSpec
 from pyro_sparse.distributions.likelihoods import COUNT_LIKELIHOODS
 from pyro_sparse.fitted import FittedModel
 from pyro_sparse.guides import GUIDE_FAMILIES, GUIDES
 from pyro_sparse.infer import checkpoints, distributed
-from pyro_sparse.infer.config import Optimization, is_count, unknown_options_error
+from pyro_sparse.infer.config import Optimization, unknown_options_error
 from pyro_sparse.infer.elbo import MaxParticleELBO, kl_terms
 from pyro_sparse.infer.loop import TrainingDivergedError, fit
 from pyro_sparse.io import serialization

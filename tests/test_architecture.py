@@ -20,6 +20,7 @@ SOURCES = {"pyro_sparse": REPO / "pyro_sparse", "pyro_sparse.models": REPO / "mo
 # serialisation of files stand at the bottom; the entry points at the top.
 RANKS = {
     "pyro_sparse.version": 0,
+    "pyro_sparse.checks": 0,
     "pyro_sparse.plates": 1,
     "pyro_sparse.distributions": 1,
     "pyro_sparse.nn": 2,

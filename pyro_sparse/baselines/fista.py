@@ -73,6 +73,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from pyro_sparse.checks import is_count, positive_number
+
 __all__ = [
     "DictionaryLearningResult",
     "FistaResult",
@@ -242,11 +244,10 @@ def fista(
     """
     X, A, lam_t, squeeze = _check_problem(X, dictionary, lam)
     _check_fista_options(num_iterations, warmup, warmup_start)
-    if isinstance(check_every, bool) or not isinstance(check_every, (int, np.integer)) or check_every < 1:
+    if not is_count(check_every):
         raise ValueError(f"check_every must be an integer >= 1, got {check_every!r}")
-    if lipschitz is not None and (isinstance(lipschitz, bool) or not 0 < lipschitz < math.inf):
-        raise ValueError(f"lipschitz must be a positive finite number (the largest eigenvalue of A^T A), "
-                         f"got {lipschitz!r}")
+    if lipschitz is not None:
+        positive_number("lipschitz", lipschitz)  # the largest eigenvalue of A^T A
     n, k = X.shape[0], A.shape[1]
     if init is None:
         z = X.new_zeros(n, k)

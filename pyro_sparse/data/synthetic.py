@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyro_sparse.checks import is_count, positive_number
+
 
 @dataclass(frozen=True)
 class SyntheticData:
@@ -16,7 +18,7 @@ class SyntheticData:
 
 def _integer(name, value, minimum):
     """``value`` as an int if it is an integer >= ``minimum`` (not a bool); else a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+    if not is_count(value, minimum):
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
@@ -258,9 +260,8 @@ def synthetic_gene_set_counts(n=2000, num_genes=200, num_sets=6, set_size=20, nu
     if np.shape(effect) != (2,) or not 0 < effect[0] <= effect[1] < np.inf:
         raise ValueError(f"effect must be (low, high) with 0 < low <= high, got {effect!r}: "
                          "a zero effect is no support")
-    for name, value in (("library_size", library_size), ("inverse_dispersion", inverse_dispersion)):
-        if isinstance(value, bool) or not 0 < value < np.inf:
-            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    positive_number("library_size", library_size)
+    positive_number("inverse_dispersion", inverse_dispersion)
     num_factors = num_sets + num_unannotated
     structure = np.random.default_rng([_map_seed(seed), 0])
     support = np.zeros((num_genes, num_factors), dtype=bool)

@@ -1,8 +1,6 @@
-"""Helpers for users' distribution objects, and the check of a positive hyperparameter."""
+"""Helpers for users' distribution objects."""
 
 import copy
-import math
-import numbers
 
 import torch
 from torch.distributions import Distribution, Transform
@@ -33,12 +31,3 @@ def on_device(obj, device):
     vars(copied).update(moved)
     return copied
 
-
-def positive_number(name, value):
-    """
-    ``value`` as a float if it is a finite positive real number (numpy's
-    too, not a bool); else a ValueError naming ``name``.
-    """
-    if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < math.inf):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)

@@ -20,12 +20,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
+from pyro_sparse.checks import is_count
 from pyro_sparse.nn.precision import PRECISIONS
-
-
-def is_count(value, minimum=1):
-    """An integer (not a bool) of at least ``minimum``."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= minimum
 
 
 def _require(condition, message):

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import torch
 
+from pyro_sparse.checks import is_count
 from pyro_sparse.fitted import evaluation_data, feature_labels
-from pyro_sparse.infer.config import is_count
 from pyro_sparse.infer.importance import expected_observation
 
 

@@ -8,7 +8,7 @@ import torch
 from torch.distributions import constraints, transform_to
 from torch.distributions.transforms import Transform
 
-from pyro_sparse.distributions.util import positive_number
+from pyro_sparse.checks import positive_number
 
 
 class _SharedNormColumns(constraints.Constraint):

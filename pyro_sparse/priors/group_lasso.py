@@ -2,8 +2,8 @@
 
 import torch
 
+from pyro_sparse.checks import positive_number
 from pyro_sparse.distributions import GroupLasso
-from pyro_sparse.distributions.util import positive_number
 from pyro_sparse.priors.site import SitePrior, gradient_averaging_weight
 
 

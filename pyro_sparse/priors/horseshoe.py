@@ -5,7 +5,7 @@ import math
 import pyro.distributions as dist
 import torch
 
-from pyro_sparse.distributions.util import positive_number
+from pyro_sparse.checks import positive_number
 from pyro_sparse.priors.site import SitePrior
 
 

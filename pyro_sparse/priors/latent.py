@@ -37,9 +37,10 @@ from pyro import poutine
 from torch import nn
 from torch.distributions import Distribution, constraints
 
+from pyro_sparse.checks import is_count, positive_number
 from pyro_sparse.distributions import SelectedSpikeAndSlab, SpikeAndSlab
 from pyro_sparse.distributions.thresholded import code_distribution
-from pyro_sparse.distributions.util import on_device, positive_number
+from pyro_sparse.distributions.util import on_device
 
 
 class LatentPrior(nn.Module):
@@ -225,8 +226,7 @@ class PseudoInputPrior(SpikeSlabPrior):
         selection_threshold=0.5,
     ):
         super().__init__(latent_dim, alpha)
-        if isinstance(num_pseudo_inputs, bool) or not isinstance(num_pseudo_inputs, (int, np.integer)) \
-                or num_pseudo_inputs < 1:
+        if not is_count(num_pseudo_inputs):
             raise ValueError(f"num_pseudo_inputs must be a positive integer, got {num_pseudo_inputs!r}")
         positive_number("selection_sharpness", selection_sharpness)
         if not 0 < selection_threshold < 1:

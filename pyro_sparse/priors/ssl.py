@@ -5,8 +5,8 @@ import warnings
 import numpy as np
 import torch
 
+from pyro_sparse.checks import positive_number
 from pyro_sparse.distributions import SpikeSlabLasso
-from pyro_sparse.distributions.util import positive_number
 from pyro_sparse.priors.site import SitePrior, gradient_averaging_weight
 
 
