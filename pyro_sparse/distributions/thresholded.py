@@ -80,6 +80,9 @@ ESTIMATORS = ("jump", "straight_through", "subgradient")
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
 _SQRT_HALF = math.sqrt(0.5)
+# Beyond t = λ/σ = 1e3 a Gaussian tail's mass and density are 0 in every float type; the moments clamp t there so
+# that t² and t·φ(t) stay finite (0, not inf·0 = NaN) when σ is tiny against λ.
+_MAX_TAIL_RATIO = 1e3
 
 
 class ThresholdedDistribution(TorchDistribution):
@@ -461,14 +464,14 @@ class ThresholdedNormal(ThresholdedDistribution):
         return torch.where(mass <= self.gate / 2, left, right)
 
     def _slab_entropy(self):
-        t = self.threshold / self.scale
+        t = (self.threshold / self.scale).clamp(max=_MAX_TAIL_RATIO)
         phi_t = torch.exp(-0.5 * t**2 - _HALF_LOG_TWO_PI)
         return t * phi_t + self.gate * (0.5 + _HALF_LOG_TWO_PI + torch.log(self.scale))
 
     @property
     def variance(self):
         gate = self.gate
-        t = self.threshold / self.scale
+        t = (self.threshold / self.scale).clamp(max=_MAX_TAIL_RATIO)
         phi_t = torch.exp(-0.5 * t**2 - _HALF_LOG_TWO_PI)
         # The bracket cancels for large t; clamp the rounding below zero.
         second_moment = self.scale**2 * ((1 + t**2) * gate - 2 * t * phi_t).clamp(min=0)
@@ -572,7 +575,7 @@ def thresholded_normal_kl(q, p):
     :returns: the KL, elementwise over the broadcast batch shape.
     """
     gate_q = q.gate
-    t_q = q.threshold / q.scale
+    t_q = (q.threshold / q.scale).clamp(max=_MAX_TAIL_RATIO)
     phi_q = _normal_pdf(t_q)
     second = q.scale**2 * ((1 + t_q**2) * gate_q - 2 * t_q * phi_q) + gate_q * (q.loc - p.loc) ** 2
     first = _abs_moment_of_slab(q, p.loc)

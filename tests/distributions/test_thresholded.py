@@ -154,6 +154,16 @@ def test_normal_variance_limits():
     assert torch.all(d.variance >= 0) and torch.all(torch.isfinite(d.variance))
 
 
+def test_normal_moments_and_kl_when_the_tail_ratio_overflows():
+    # λ/σ beyond float32's range for its square (σ = 1e-20, or λ = 1e30): the code is 0 with probability 1, so
+    # its variance and entropy are 0 and its KL to p is -log(1 - γ_p), not inf·0 = NaN.
+    p = ThresholdedNormal(torch.tensor(0.0), torch.tensor(1.0), torch.tensor(0.5))
+    for scale, lam in [(1e-20, 1.0), (1.0, 1e30)]:
+        q = ThresholdedNormal(torch.tensor(0.3), torch.tensor(scale), torch.tensor(lam))
+        assert q.variance.item() == 0.0 and q.entropy().item() == 0.0
+        assert kl_divergence(q, p).item() == pytest.approx(-torch.log1p(-p.gate).item(), rel=1e-6)
+
+
 def test_mode():
     loc = f64([2.0, 2.0, -1.0, -1.0])
     scale = f64([1.0, 1.0, 1.0, 1.0])
