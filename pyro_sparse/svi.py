@@ -142,8 +142,12 @@ def build_mask_prior(value, num_features, latent_dim, hyper, feature_names=None)
 
 
 def _prior_owners(name):
-    """Registered priors that take an option ``name``, as ``latent_prior='x'`` / ``mask_prior='y'`` phrases."""
-    owners = [f"latent_prior={k!r}" for k, cls in LATENT_PRIORS.items() if name in _prior_options(cls)]
+    """
+    Registered priors that take an option ``name``, themselves or through the
+    guide they bring, as ``latent_prior='x'`` / ``mask_prior='y'`` phrases.
+    """
+    owners = [f"latent_prior={k!r}" for k, cls in LATENT_PRIORS.items()
+              if name in _prior_options(cls) or name in _parameters(GUIDES[cls.guide_family]) and name not in _SUPPLIED]
     owners += [f"mask_prior={k!r}" for k, cls in MASK_PRIORS.items() if name in _prior_options(cls)]
     return owners
 

@@ -137,6 +137,9 @@ def test_prior_hyperparameters_reach_the_prior_and_foreign_ones_are_refused(data
         pyro_sparse.train("ssl_dgm", data.X, mask_prior="horseshoe", lambda0=5.0, **QUICK)
     with pytest.raises(TypeError, match="do not apply.*'normal' guide"):
         pyro_sparse.train("vae", data.X, latent_prior=dist.Laplace(0.0, 1.0), slope_start=10.0, **QUICK)
+    # An option of a guide that another latent prior brings is named with that prior.
+    with pytest.raises(TypeError, match=r"'threshold_warmup_epochs' belongs to latent_prior='thresholded_laplace'"):
+        pyro_sparse.train("vae", data.X, threshold_warmup_epochs=3, **QUICK)
 
 
 def test_a_model_gives_a_prior_its_own_defaults_and_the_user_overrides_them(data):
