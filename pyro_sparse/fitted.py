@@ -270,7 +270,8 @@ class FittedModel:
     def get_normalized_expression(self, X, batch=None, library_size=1.0):
         """
         Denoised expression of X, (N, G): for the count likelihoods and the
-        multinomial the decoder's proportions at E_q[z | x] scaled to
+        multinomial the decoder's proportions at E_q[z | x] (for ``zinb`` those
+        of the negative binomial's mean, without the dropout gate, as scVI's) scaled to
         ``library_size`` per cell (1: they sum to 1), else E[x | z] as
         :meth:`reconstruct`.  ``batch`` decodes every
         cell as if it came from that batch (counterfactual, batch effect
@@ -293,7 +294,8 @@ class FittedModel:
                 decode_with["covariates"] = spec.with_batch(piece.covariates, batch)
             if self.model.observation.counts and not self.model.observation.latent_library:
                 kwargs["library"] = piece.x.new_ones(piece.x.shape[0])  # the decoder's rates without the offset
-            mean = expected_observation(self.model, self.guide, piece.x, decode_with=decode_with, **kwargs)
+            mean = expected_observation(self.model, self.guide, piece.x, decode_with=decode_with,
+                                        zero_inflation=not proportions, **kwargs)
             pieces.append((mean / mean.sum(-1, keepdim=True) * library_size if proportions else mean).cpu().numpy())
         return np.concatenate(pieces)
 

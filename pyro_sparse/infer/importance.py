@@ -4,6 +4,8 @@ import math
 
 import torch
 from pyro import poutine
+from pyro.distributions import ZeroInflatedDistribution
+from torch.distributions import Independent
 
 from pyro_sparse.plates import in_data_plate
 
@@ -75,15 +77,18 @@ def importance_log_likelihood(model, guide, x, num_samples=100, **kwargs):
 
 
 @torch.no_grad()
-def expected_observation(model, guide, x, codes=None, decode_with=None, **kwargs):
+def expected_observation(model, guide, x, codes=None, decode_with=None, zero_inflation=True, **kwargs):
     """
     E[x | z, globals]: the model's mean of x given codes z (by default the
     posterior means E_q[z | x]), the posterior means of any other local site
     and the guide's values of the global sites.  ``decode_with``: keyword
     arguments that replace ``kwargs`` in the model only (a counterfactual
     batch: the cell is encoded under its own covariates, decoded under
-    these).  Deterministic: the guide's draws, replaced by means, come from a
-    forked RNG, so the caller's random stream is left as it was.
+    these).  ``zero_inflation=False``: for a zero-inflated likelihood the
+    mean of the law under its gate (the negative binomial's μ, scVI's
+    rate), not (1 - π)μ.  Deterministic: the guide's draws, replaced by
+    means, come from a forked RNG, so the caller's random stream is left as
+    it was.
     """
     with forked_rng(x):
         # Other local sites (a learned threshold) at their posterior means, and q(z | x) rebuilt from those
@@ -96,5 +101,9 @@ def expected_observation(model, guide, x, codes=None, decode_with=None, **kwargs
         guide_trace.nodes["z"]["value"] = codes if codes is not None else guide_trace.nodes["z"]["fn"].mean
         model_kwargs = kwargs if decode_with is None else {**kwargs, **decode_with}
         model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, **model_kwargs)
+    fn = model_trace.nodes["x"]["fn"]
+    if not zero_inflation:
+        inner = fn.base_dist if isinstance(fn, Independent) else fn
+        fn = inner.base_dist if isinstance(inner, ZeroInflatedDistribution) else fn
     # detach: torch's lazy properties (a zero-inflated mean) compute with gradients on even under no_grad.
-    return model_trace.nodes["x"]["fn"].mean.detach()
+    return fn.mean.detach()

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 import pyro_sparse
 from pyro_sparse.data import DataError
@@ -156,3 +157,12 @@ def test_library_sizes_the_model_was_trained_with_are_required(adata):
 def test_nmf_refuses_covariates(adata):
     with pytest.raises(ValueError, match="'nmf' takes no covariates"):
         pyro_sparse.train("nmf", adata, likelihood="poisson", layer="counts", batch_key="batch", latent_dim=3)
+
+
+def test_zinb_normalized_expression_is_the_negative_binomials_without_the_dropout_gate(adata):
+    # scVI's convention: the decoder's rate proportions; a gene's dropout probability does not shrink its share.
+    fitted = pyro_sparse.train("vae", adata, likelihood="zinb", layer="counts", **{**QUICK, "max_epochs": 1})
+    before = fitted.get_normalized_expression(adata[:5])
+    with torch.no_grad():
+        fitted.model.observation.zero_logits[0] = 8.0  # gene 0 almost always dropped out
+    np.testing.assert_allclose(fitted.get_normalized_expression(adata[:5]), before, rtol=1e-6)
