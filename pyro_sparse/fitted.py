@@ -40,8 +40,9 @@ def evaluation_data(X, config, needs_library=True):
     library sizes (``size_factor_key``) needs them (the encoder does not).
     """
     covariates = library = None
+    name = "X"
     if anndata_io.is_anndata(X):
-        X, covariates, library = anndata_io.evaluation_data(X, config, needs_library)
+        X, covariates, library, name = anndata_io.evaluation_data(X, config, needs_library)
     elif config.get("covariates"):
         raise DataError("the model was trained with covariates from adata.obs: give it an AnnData with those columns")
     elif needs_library and (config.get("registration") or {}).get("size_factor_key"):
@@ -49,10 +50,10 @@ def evaluation_data(X, config, needs_library=True):
         raise DataError(f"the model was trained with library sizes from adata.obs[{key!r}]: give it an AnnData "
                         "with that column")
     check_feature_names(feature_names_of(X), config.get("feature_names"))
-    matrix = as_matrix(X, name="X")
+    matrix = as_matrix(X, name=name)
     if matrix.shape[1] != config["num_features"]:
-        raise DataError(f"X has {matrix.shape[1]} features but the model was trained on {config['num_features']}")
-    check_values(matrix, config["likelihood"], name="X")
+        raise DataError(f"{name} has {matrix.shape[1]} features but the model was trained on {config['num_features']}")
+    check_values(matrix, config["likelihood"], name=name)
     return Dataset(matrix, config["likelihood"], config.get("feature_names"), config.get("layer"), covariates,
                    library)
 

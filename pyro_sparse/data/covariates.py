@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from pyro_sparse.data.validation import MAX_STANDARDIZED_VALUE, DataError
+from pyro_sparse.data.validation import DataError
+
+
+# A continuous covariate enters the networks linearly (and the count decoders' rates through exp), so a value
+# far outside its training spread, e.g. an age in days where training had years, gives absurd or infinite
+# outputs.  Training values lie within √(N - 1) sds of their mean (Samuelson's inequality), below 1e3 for
+# N ≤ 10^6 cells; new values beyond it are refused.
+MAX_COVARIATE_SDS = 1e3
 
 
 def _column(table, key, name):
@@ -103,10 +110,10 @@ class CovariateSpec:
         for key, (mean, sd) in self.continuous.items():
             values = _numbers(table, key, name)
             standardized = (values - mean) / sd
-            far = np.abs(standardized) > MAX_STANDARDIZED_VALUE
+            far = np.abs(standardized) > MAX_COVARIATE_SDS
             if far.any():
                 raise DataError(
-                    f"{name}[{key!r}] has values more than {MAX_STANDARDIZED_VALUE:.0e} training sds from the "
+                    f"{name}[{key!r}] has values more than {MAX_COVARIATE_SDS:.0e} training sds from the "
                     f"training mean (e.g. {values[far][0]:.4g}; training mean {mean:.4g}, sd {sd:.4g}): "
                     "check the column's units"
                 )
@@ -155,8 +162,9 @@ class CovariateSpec:
 
 def _numbers(table, key, name):
     """A continuous covariate's values as float64, checked: numbers, all finite."""
+    column = _column(table, key, name)
     try:
-        values = np.asarray(_column(table, key, name), dtype=np.float64)
+        values = np.asarray(column, dtype=np.float64)
     except (TypeError, ValueError):
         raise DataError(f"{name}[{key!r}] is a continuous covariate but has values that are not numbers") from None
     if not np.all(np.isfinite(values)):

@@ -192,6 +192,20 @@ FLOAT32_EXACT_INTEGERS = 2**24
 COUNT_DATA = ("multinomial", "poisson", "negative_binomial", "zinb")
 
 
+def _rows_where(matrix, test):
+    """'k rows (e.g. row i)': the rows of a dense tensor or scipy.sparse matrix holding a value ``test`` flags."""
+    if sp.issparse(matrix):
+        coo = matrix.tocoo()
+        rows = np.unique(coo.row[test(coo.data)])
+    else:
+        rows = np.flatnonzero(test(matrix.numpy()).any(1))
+    return f"{_rows(len(rows))} (e.g. row {int(rows[0])})"
+
+
+def _rows(count):
+    return f"{count} row{'s' if count != 1 else ''}"
+
+
 def check_values(matrix, likelihood, name="data"):
     """Reject values the likelihood gives no density to (of a matrix on disk: as they are read)."""
     if isinstance(matrix, OnDisk):
@@ -199,11 +213,12 @@ def check_values(matrix, likelihood, name="data"):
     values = matrix.data if sp.issparse(matrix) else matrix.numpy()
     if likelihood in COUNT_DATA:
         if np.any(values < 0):
-            raise DataError(f"{name} has negative values; the {likelihood} likelihood needs counts >= 0")
+            raise DataError(f"{name} has negative values in {_rows_where(matrix, lambda v: v < 0)}; the "
+                            f"{likelihood} likelihood needs counts >= 0")
         if np.any(values != np.round(values)):
             raise DataError(
-                f"{name} has non-integer values; the {likelihood} likelihood needs integer counts "
-                "(raw counts, not normalised or log-transformed values)"
+                f"{name} has non-integer values in {_rows_where(matrix, lambda v: v != np.round(v))}; the "
+                f"{likelihood} likelihood needs integer counts (raw counts, not normalised or log-transformed values)"
             )
         if values.size and values.max() >= FLOAT32_EXACT_INTEGERS:
             warnings.warn(
@@ -216,7 +231,7 @@ def check_values(matrix, likelihood, name="data"):
         row_totals = np.asarray(matrix.sum(1)).ravel()
         if np.any(row_totals == 0):
             raise DataError(
-                f"{name} has {int(np.sum(row_totals == 0))} rows with no counts; the {likelihood} likelihood "
+                f"{name} has {_rows(int(np.sum(row_totals == 0)))} with no counts; the {likelihood} likelihood "
                 "needs at least one count per row (drop empty cells, e.g. scanpy.pp.filter_cells(adata, min_counts=1))"
             )
     elif likelihood == "bernoulli" and not np.all((values == 0) | (values == 1)):

@@ -146,6 +146,11 @@ def _library(adata, key):
     return torch.as_tensor(values, dtype=torch.float32)
 
 
+def location(layer):
+    """Where an AnnData's values are, for messages: ``adata.X`` or ``adata.layers['counts']``."""
+    return "adata.X" if layer is None else f"adata.layers[{layer!r}]"
+
+
 def training_dataset(data, likelihood, layer=None, batch_key=None):
     """
     The :class:`~pyro_sparse.data.Dataset` ``train`` fits: for an AnnData,
@@ -165,7 +170,7 @@ def training_dataset(data, likelihood, layer=None, batch_key=None):
                                  registration["continuous_covariate_keys"] or ())
     dataset = Dataset.from_data(
         _matrix(data, registration["layer"]), likelihood, [str(name) for name in data.var_names],
-        layer=registration["layer"], covariates=None if spec is None else spec.encode(data.obs), spec=spec,
+        layer=registration["layer"], name=location(registration["layer"]), covariates=None if spec is None else spec.encode(data.obs), spec=spec,
         library=_library(data, registration["size_factor_key"]),
     )
     dataset.registration = registration
@@ -174,11 +179,11 @@ def training_dataset(data, likelihood, layer=None, batch_key=None):
 
 def evaluation_data(adata, config, needs_library=True):
     """
-    ``(matrix, covariates, library)`` of an AnnData to evaluate a fitted model
+    ``(matrix, covariates, library, name)`` of an AnnData to evaluate a fitted model
     on: the layer the model was trained on (after checking that ``var_names``
     are the training features in the training order), its covariates encoded
     as in training, and its library sizes (``None`` unless ``needs_library``:
-    the encoder does not read them).
+    the encoder does not read them); ``name`` says where the values are, for messages.
     """
     check_feature_names(
         [str(name) for name in adata.var_names], config.get("feature_names"), "adata",
@@ -188,7 +193,7 @@ def evaluation_data(adata, config, needs_library=True):
     spec = CovariateSpec.from_config(config.get("covariates"))
     covariates = None if spec is None else spec.encode(adata.obs)
     library = _library(adata, registration.get("size_factor_key")) if needs_library else None
-    return _matrix(adata, registration.get("layer")), covariates, library
+    return _matrix(adata, registration.get("layer")), covariates, library, location(registration.get("layer"))
 
 
 def _optional(fitted, attribute):

@@ -72,7 +72,7 @@ class ObservationModel(nn.Module):
             raise ValueError(f"dispersion={dispersion!r} is for the negative_binomial and zinb likelihoods, not "
                              f"likelihood={self.likelihood!r}")
         if dispersion == "gene-batch" and num_batches == 1:
-            raise ValueError("dispersion='gene-batch' needs a batch covariate (batch_key)")
+            raise ValueError("dispersion='gene-batch' needs a batch covariate (batch_key) with at least two categories")
         self.num_batches, self.per_batch = num_batches, dispersion == "gene-batch"
         if likelihood in ("negative_binomial", "zinb"):
             rows = num_batches if self.per_batch else 1

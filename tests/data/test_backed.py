@@ -236,7 +236,7 @@ def test_read_backed_keeps_layers_on_disk(path, X):
 
 
 @pytest.mark.parametrize("value, problem", [(2.5, "non-integer values"), (-1.0, "negative values"),
-                                            (np.nan, "NaN or infinite values"), (0.0, "1 rows with no counts")])
+                                            (np.nan, "NaN or infinite values"), (0.0, "1 row with no counts")])
 def test_values_that_are_not_counts_fail_in_the_streaming_pass(tmp_path, X, value, problem):
     bad = X.copy()
     if value == 0.0:

@@ -121,9 +121,15 @@ def test_unused_categories_of_a_categorical_dtype_are_not_trained_categories(obs
 
 def test_continuous_covariates_out_of_range_or_not_numbers_are_named(obs):
     spec = CovariateSpec.fit(obs, continuous_keys=["percent_mito"])
-    with pytest.raises(DataError, match=r"adata.obs\['percent_mito'\] has values more than 1e\+12 training sds"):
-        spec.encode(obs.assign(percent_mito=[0.1, 1e40, 0.2, 0.3]))
+    mean, sd = spec.continuous["percent_mito"]
+    # A unit mistake (here 1,001 training sds away) is refused; 999 sds is extrapolation, but allowed.
+    with pytest.raises(DataError, match=r"adata.obs\['percent_mito'\] has values more than 1e\+03 training sds"):
+        spec.encode(obs.assign(percent_mito=[0.1, mean + 1001 * sd, 0.2, 0.3]))
+    assert spec.encode(obs.assign(percent_mito=[0.1, mean + 999 * sd, 0.2, 0.3]))[1, 0] == pytest.approx(999)
     with pytest.raises(DataError, match=r"\['percent_mito'\] is a continuous covariate but has values that are not"):
         spec.encode(obs.assign(percent_mito=["x", "0.1", "0.2", "0.3"]))
     with pytest.raises(DataError, match="not numbers"):
         CovariateSpec.fit(obs.assign(percent_mito=["x", "0.1", "0.2", "0.3"]), continuous_keys=["percent_mito"])
+    # A missing column is named as missing, not as "not numbers".
+    with pytest.raises(DataError, match=r"adata.obs has no column 'percent_mito'"):
+        spec.encode(obs.drop(columns="percent_mito"))

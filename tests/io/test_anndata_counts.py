@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import scipy.sparse
 import torch
 
 import pyro_sparse
@@ -114,14 +115,26 @@ def test_bad_registrations_and_new_categories_are_named(adata):
 @pytest.mark.parametrize("likelihood", ["poisson", "negative_binomial", "zinb"])
 def test_counts_must_be_counts(adata, likelihood):
     counts = adata.layers["counts"]
-    with pytest.raises(DataError, match=f"negative values; the {likelihood} likelihood"):
+    rows = np.flatnonzero((counts == 0).any(1))
+    with pytest.raises(DataError, match=f"negative values in {len(rows)} rows \\(e.g. row {rows[0]}\\); the {likelihood} "):
         pyro_sparse.train("vae", counts - 1, likelihood=likelihood, **QUICK)
-    with pytest.raises(DataError, match="non-integer values"):
+    with pytest.raises(DataError, match="non-integer values in 200 rows"):
         pyro_sparse.train("vae", counts + 0.5, likelihood=likelihood, **QUICK)
     empty = counts.copy()
     empty[3] = 0
-    with pytest.raises(DataError, match="1 rows with no counts"):
+    with pytest.raises(DataError, match="1 row with no counts"):
         pyro_sparse.train("vae", empty, likelihood=likelihood, **QUICK)
+    # In an AnnData, the layer is named and the rows counted, dense or sparse, at training and at evaluation.
+    fitted = pyro_sparse.train("vae", adata, likelihood=likelihood, layer="counts", **{**QUICK, "max_epochs": 1})
+    data = adata.copy()
+    data.layers["counts"][[4, 7], 1] = 2.5
+    for layer in (data.layers["counts"], scipy.sparse.csr_matrix(data.layers["counts"])):
+        data.layers["counts"] = layer
+        message = r"adata.layers\['counts'\] has non-integer values in 2 rows \(e.g. row 4\)"
+        with pytest.raises(DataError, match=message):
+            pyro_sparse.train("vae", data, likelihood=likelihood, layer="counts", **QUICK)
+        with pytest.raises(DataError, match=message):
+            fitted.transform(data)
 
 
 def test_raw_counts_with_the_gaussian_likelihood_warn(adata):
