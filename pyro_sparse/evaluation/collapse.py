@@ -123,6 +123,8 @@ def posterior_collapse(kl_per_dim, eps=1e-2, delta=5e-2):
     # than as a collapse rate; refusing them keeps that failure visible.
     if np.any(np.isnan(kl)):
         raise ValueError("kl_per_dim contains NaN")
+    if np.any(kl == -np.inf):
+        raise ValueError("kl_per_dim contains -inf, which no KL divergence is (a broken density?)")
     _check_collapse_args(eps, delta)
     return _collapsed_fraction(kl <= eps, delta)
 

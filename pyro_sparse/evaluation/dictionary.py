@@ -63,8 +63,9 @@ def coherence(dictionary):
     distinct atoms; a repeated atom gives 1.
     """
     A = _matrix(dictionary, "dictionary")
-    norms = np.linalg.norm(A, axis=0)
-    A = A[:, norms > 0] / norms[norms > 0]
+    peak = np.abs(A).max(0)
+    A = A[:, peak > 0] / peak[peak > 0]  # first to unit peak, so that no atom's squares underflow
+    A = A / np.linalg.norm(A, axis=0)
     if A.shape[1] < 2:
         raise ValueError("coherence needs at least two atoms of non-zero norm")
     cosines = np.abs(A.T @ A)[~np.eye(A.shape[1], dtype=bool)]

@@ -105,9 +105,10 @@ def dci_from_importance(R):
     score is ``sum_k rho_k D_k`` with ``rho_k = sum_j R[k, j] / sum R``.
 
     Codes with zero total importance get weight 0, so unused (e.g. collapsed
-    or surplus) codes neither help nor hurt. With a single factor (J == 1)
-    every code with any importance is perfectly disentangled, so the score is
-    1.0. If no code has any importance at all the score is 0.0.
+    or surplus) codes neither help nor hurt. A single factor (J == 1) is
+    refused: the base-J entropy is undefined there, and any code, even noise,
+    would read as perfectly disentangled. If no code has any importance at
+    all the score is 0.0.
 
     Parameters
     ----------
@@ -124,12 +125,13 @@ def dci_from_importance(R):
     if not np.all(np.isfinite(R)) or np.any(R < 0):
         raise ValueError("R must contain finite, non-negative importances")
     J = R.shape[1]
+    if J == 1:
+        raise ValueError("DCI disentanglement needs at least 2 true factors: with one, the base-J entropy is "
+                         "undefined and every code would score 1 (use completeness or informativeness)")
     code_totals = R.sum(axis=1)
     total = code_totals.sum()
     if total == 0:
         return 0.0
-    if J == 1:
-        return 1.0
     used = code_totals > 0
     P = R[used] / code_totals[used, None]
     # 0 log 0 is taken as 0 (its limit), so a code relevant to only some

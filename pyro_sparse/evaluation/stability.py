@@ -5,6 +5,7 @@ algorithm, once on the correlation of their codes on the same data and once
 on the supports of their decoder masks.
 """
 
+import warnings
 from itertools import combinations
 from typing import NamedTuple
 
@@ -41,15 +42,22 @@ def _matched_mean(similarity):
 
 
 def _standardized(a):
-    """Columns at zero mean and unit sd; a constant column (its values, not its rounded sd, say so) at 0."""
-    constant = np.ptp(a, axis=0) == 0
+    """
+    Columns at zero mean and unit sd; a constant column (its values, not its
+    rounded sd, say so) at 0.  Each column is first divided by its largest
+    ``|value|``, so that its sd neither underflows nor overflows.
+    """
+    peak = np.abs(a).max(0)
+    a = a / np.where(peak > 0, peak, 1.0)
+    sd = a.std(0)
+    constant = (np.ptp(a, axis=0) == 0) | ~(sd > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(constant, 0.0, (a - a.mean(0)) / a.std(0))
+        return np.where(constant, 0.0, (a - a.mean(0)) / np.where(constant, 1.0, sd))
 
 
 def _abs_correlation(a, b):
     # A constant code correlates with nothing (the sd of a constant 0.3 rounds to 6e-17, not 0).
-    return np.nan_to_num(np.abs(_standardized(a).T @ _standardized(b)) / a.shape[0])
+    return np.clip(np.abs(_standardized(a).T @ _standardized(b)) / a.shape[0], 0.0, 1.0)
 
 
 def _jaccard(a, b):
@@ -108,6 +116,12 @@ def code_stability(codes, supports=None, min_variance=ACTIVE_CODE_VARIANCE):
         supports = [s.astype(bool) for s in supports]
     active = [active_factors(c, None if supports is None else s, min_variance)
               for c, s in zip(codes, supports or [None] * len(codes))]
+    idle = [f for f, a in enumerate(active) if a.size == 0]
+    if idle:
+        why = ("no column of its support has a feature" if supports is not None
+               else f"no code varies by more than min_variance={min_variance:g}; set it for codes on another scale")
+        warnings.warn(f"fits {idle} have no active factor ({why}): they agree with nothing", UserWarning,
+                      stacklevel=2)
     pairs = []
     for i, j in combinations(range(len(codes)), 2):
         pair = {"fits": (i, j),
@@ -119,18 +133,19 @@ def code_stability(codes, supports=None, min_variance=ACTIVE_CODE_VARIANCE):
     return FactorStability(float(np.mean([p["code_correlation"] for p in pairs])), jaccard, pairs)
 
 
-def factor_stability(fits, X):
+def factor_stability(fits, X, min_variance=ACTIVE_CODE_VARIANCE):
     """
     :class:`FactorStability` of fitted models (e.g. one per seed) on data
     ``X``: their posterior-mean codes of X, and, where they have a decoder
     mask, its support (``support_``: the non-zero entries of W, with
     E[γ] > 0.5 where the prior gives inclusion probabilities).
+    ``min_variance``: as for :func:`code_stability` (fits without a mask).
     """
     codes = [fit.transform(X, kind="mean") for fit in fits]
     supports = [_support(fit) for fit in fits]
     if any(s is None for s in supports):
         supports = None
-    return code_stability(codes, supports)
+    return code_stability(codes, supports, min_variance)
 
 
 def _support(fit):

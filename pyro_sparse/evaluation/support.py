@@ -146,6 +146,8 @@ def _draw_supports(codes, features):
             raise ValueError(
                 f"features must be a boolean array of shape ({K},), got {features.dtype} {features.shape}"
             )
+        if not features.any():
+            raise ValueError("features selects no dimension: there is no support to compare (every atom dead?)")
         support = support[:, :, features]
     # (N, J, K') so that one batched product gives every pair's intersection.
     return np.ascontiguousarray(support.transpose(1, 0, 2), dtype=float)

@@ -36,6 +36,8 @@ def test_coherence():
     assert largest == pytest.approx(1.0) and mean == pytest.approx(1 / 3)
     # A zero atom is left out rather than dividing by 0.
     assert coherence(np.column_stack([np.eye(3), np.zeros(3)])) == (0.0, 0.0)
+    # An atom of tiny norm (its squares underflow) is an atom, not a zero one.
+    assert coherence(np.array([[1.0, 0.0, 1e-200], [0.0, 1.0, 1e-200]]))[0] == pytest.approx(np.sqrt(0.5))
     with pytest.raises(ValueError, match="two atoms"):
         coherence(np.ones((3, 1)))
 

@@ -70,8 +70,7 @@ def test_dci_unused_codes_get_zero_weight():
     assert dci_from_importance(R) == pytest.approx(1.0)
 
 
-def test_dci_single_factor_and_all_zero():
-    assert dci_from_importance(np.array([[0.3], [0.7], [0.0]])) == 1.0
+def test_dci_all_zero():
     assert dci_from_importance(np.zeros((3, 2))) == 0.0
 
 

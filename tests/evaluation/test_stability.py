@@ -65,7 +65,16 @@ def test_needs_two_fits_of_the_same_points(codes):
 def test_codes_on_another_scale_need_their_own_active_cut_off(codes):
     """Codes of sd 0.05 (an NMF's, say) fall under the unit-prior cut-off of 0.01 unless it is set."""
     small = 0.05 * codes
-    assert code_stability([small, small]).code_correlation == 0.0
+    with pytest.warns(UserWarning, match=r"fits \[0, 1\] have no active factor.*min_variance=0.01"):
+        assert code_stability([small, small]).code_correlation == 0.0
     assert code_stability([small, small], min_variance=1e-4).code_correlation == pytest.approx(1.0)
     with pytest.raises(ValueError, match="min_variance"):
         code_stability([codes, codes], min_variance=-1.0)
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e160])
+def test_codes_of_extreme_scale_correlate_within_zero_and_one(codes, scale):
+    # A code's sd underflowed (or overflowed): identical fits scored 9e307 (or 0.5) instead of 1.
+    extreme = codes * np.array([1.0, scale, 1.0])
+    support = np.ones((3, 3), dtype=bool)
+    assert code_stability([extreme, extreme], [support, support]).code_correlation == pytest.approx(1.0)
