@@ -18,6 +18,7 @@ option existed were trained with) and ``option_conditions`` (option ->
 elsewhere when set away from its default).
 """
 
+import hashlib
 import inspect
 import json
 import logging
@@ -537,10 +538,17 @@ class SVIModel:
 
     def _run(self, config, model, guide, elbo, train_data, validation_data, settings, device, generator):
         policy = settings.checkpointing
-        resume = None if policy.resume_from is None else checkpoints.load(policy.resume_from, config)
+        if policy.path is not None or policy.resume_from is not None:
+            # A checkpoint records the data's fingerprint, so that a resume on other data is refused.
+            hasher = hashlib.sha256()
+            for data in (train_data, validation_data):
+                if data is not None:
+                    data.add_to_hash(hasher)
+            run_config = {**config, "data_fingerprint": hasher.hexdigest()}
+        resume = None if policy.resume_from is None else checkpoints.load(policy.resume_from, run_config)
         checkpoint = None
         if policy.path is not None and distributed.is_main_process():
-            checkpoint = checkpoints.Checkpointer(policy.path, policy.every, config)
+            checkpoint = checkpoints.Checkpointer(policy.path, policy.every, run_config)
         strategy = None
         if settings.hardware.strategy == "ddp":
             strategy = distributed.DataParallel(model, guide, elbo)

@@ -2,6 +2,8 @@
 
 import os
 import pickle
+import socket
+import subprocess
 
 import numpy as np
 import pytest
@@ -296,6 +298,22 @@ def test_save_is_atomic(fitted, tmp_path, monkeypatch):
         fitted.save(path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="orphans are found by process id on POSIX systems")
+def test_a_writer_killed_before_its_rename_leaves_no_partial_file_behind(fitted, tmp_path):
+    # The partial file of a process that no longer runs is removed by the next write of the same file; that of a
+    # running process (here the parent) and of another file are kept.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = socket.gethostname()
+    orphan = tmp_path / f".model.pt.{host}.{dead.pid}.0a.partial"
+    running = tmp_path / f".model.pt.{host}.{os.getppid()}.0b.partial"
+    other = tmp_path / f".other.pt.{host}.{dead.pid}.0c.partial"
+    for partial in (orphan, running, other):
+        partial.write_bytes(b"half a model")
+    fitted.save(tmp_path / "model.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model.pt", running.name, other.name])
 
 
 def test_constant_feature_is_named_for_gaussian(data):

@@ -1,6 +1,7 @@
 """The data as models and the training loop see it: validated once, then split and cut into minibatches."""
 
 import functools
+import hashlib
 import warnings
 from collections import Counter
 from dataclasses import dataclass
@@ -123,6 +124,33 @@ class Dataset:
         if isinstance(self.matrix, BackedMatrix):
             return DataSummary(*self.matrix.shape, *self.matrix.moments(self.likelihood))
         return DataSummary.of(self.matrix)
+
+    def add_to_hash(self, hasher):
+        """
+        Feed the values, in row order, and the covariates and library sizes to
+        ``hasher`` (a :mod:`hashlib` object): what a resumed run compares to
+        tell the data it started on from other data with the same feature
+        means.  A sparse matrix is hashed as its row lengths, column indices
+        and values, each stream on its own, so the same matrix gives the same
+        hash whole or read from disk in chunks (one more pass over the file).
+        """
+        streams = [hashlib.sha256() for _ in range(3)]
+        chunks = self.matrix._chunks(self.likelihood) if isinstance(self.matrix, BackedMatrix) else [self.matrix]
+        for chunk in chunks:
+            if sp.issparse(chunk):
+                chunk = sp.csr_matrix(chunk, copy=True)
+                chunk.sum_duplicates()  # one stored form per matrix: sorted, unique entries
+                parts = (np.diff(chunk.indptr), chunk.indices.astype(np.int64), chunk.data.astype(np.float32))
+            else:
+                parts = (None, None, chunk.numpy())
+            for stream, part in zip(streams, parts):
+                if part is not None:
+                    stream.update(np.ascontiguousarray(part))
+        for stream in streams:
+            hasher.update(stream.digest())
+        for values in (self.covariates, self.library):
+            if values is not None:
+                hasher.update(np.ascontiguousarray(values.numpy()))
 
     def rows(self, index, device="cpu"):
         """Rows ``index`` (an integer array) as a :class:`Batch` of dense float32 tensors on ``device``."""

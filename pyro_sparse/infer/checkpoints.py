@@ -279,6 +279,12 @@ def _check_same_run(saved, current, path, model_state=None):
             f"{warmups[1]:g} (the default is max_epochs / 4): resume with "
             f"schedule=Schedule(kl_warmup_epochs={warmups[0]:g}) to change max_epochs"
         )
+    # Last, as the settings name a change more precisely (older checkpoints record no fingerprint).
+    if "data_fingerprint" in saved and saved["data_fingerprint"] != current.get("data_fingerprint"):
+        raise CheckpointError(
+            f"{where} was trained on different data with the same feature means and variances (other values, "
+            "rows in another order, or other covariates or library sizes); resume with the data the run started on"
+        )
 
 
 def _epoch_text(epoch):

@@ -9,6 +9,7 @@ does not authenticate the author.
 import hashlib
 import json
 import os
+import socket
 import uuid
 from typing import NamedTuple
 
@@ -56,17 +57,39 @@ def _temporary_beside(path):
     ``(handle, name)`` of a new file in ``path``'s folder (made if missing), to
     be renamed to ``path``.  Created with the mode of a plain new file (0666
     less the umask), not mkstemp's private 0600, which the rename would keep.
+    Its name carries this machine and process, so that the partial files of
+    writers killed before their rename are removed here.
     """
     path = os.fsdecode(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path!r} is a folder; give the name of a file to write")
     directory = os.path.dirname(os.path.abspath(path))
+    prefix = f".{os.path.basename(path)}.{socket.gethostname()}."
     try:
         os.makedirs(directory, exist_ok=True)
-        temporary = os.path.join(directory, f".tmp-{uuid.uuid4().hex}.pt")
+        if os.name == "posix":  # elsewhere os.kill(pid, 0) is not a harmless probe
+            _remove_orphans(directory, prefix)
+        temporary = os.path.join(directory, f"{prefix}{os.getpid()}.{uuid.uuid4().hex}.partial")
         return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temporary
     except OSError as error:
         raise type(error)(error.errno, f"cannot write {path!r}: {error.strerror}", error.filename) from None
+
+
+def _remove_orphans(directory, prefix):
+    """Partial files of ``prefix`` (a target on this machine) whose writing process no longer runs."""
+    for name in os.listdir(directory):
+        pid = name[len(prefix):].split(".")[0] if name.startswith(prefix) and name.endswith(".partial") else ""
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)  # no signal: only whether the process exists
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:  # another writer removed it first
+                pass
+        except PermissionError:  # it runs, as another user
+            pass
 
 
 def _target(path):

@@ -3,6 +3,7 @@ Data on disk (pyro_sparse.data.backed): a backed .h5ad is read in blocks and
 trains and evaluates as the same data in memory; bad files fail clearly.
 """
 
+import hashlib
 import os
 
 import numpy as np
@@ -345,3 +346,17 @@ def test_a_closed_file_and_nmf_fail_clearly(path):
     adata.file.close()
     with pytest.raises(DataError, match="the file of adata.X of '.*cells.h5ad' is closed"):
         dataset.rows(np.arange(5))
+
+
+def test_the_fingerprint_a_resume_checks_is_the_matrixs_not_its_storage(on_disk, X):
+    # Read from disk in many chunks, or whole in memory (CSR, CSC, dense): one fingerprint; two rows swapped: another.
+    def fingerprint(data):
+        hasher = hashlib.sha256()
+        Dataset.from_data(data, "poisson").add_to_hash(hasher)
+        return hasher.hexdigest()
+
+    on_file = hashlib.sha256()
+    anndata_io.training_dataset(on_disk, "poisson").add_to_hash(on_file)
+    assert on_file.hexdigest() == fingerprint(X) == fingerprint(X.tocsc())
+    assert fingerprint(X[np.r_[1, 0, 2 : X.shape[0]]]) != fingerprint(X)
+    assert fingerprint(X.toarray()) == fingerprint(X.toarray().copy())

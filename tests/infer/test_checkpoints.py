@@ -224,6 +224,8 @@ def test_a_checkpoint_of_another_run_is_refused(X, tmp_path):
         (dict(seed=1, latent_dim=4), r"different settings \(latent_dim: 3 in the checkpoint, 4 now; seed: 0 in "
                                     r"the checkpoint, 1 now\)"),
         (dict(data=X + 1.0), "different data of the same shape"),
+        # Two rows swapped: the same feature means and variances, another run.
+        (dict(data=X[np.r_[1, 0, 2:len(X)]]), "different data with the same feature means and variances"),
     ]
     for change, message in cases:
         arguments = {"model": "ssl_dgm", "data": X, "max_epochs": 2, **TINY, **change}
