@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.distributions import constraints
 
-from pyro_sparse.checks import is_count
+from pyro_sparse.checks import is_count, positive_number
 from pyro_sparse.nn import Decoder, FeatureAffine, ObservationModel
 from pyro_sparse.plates import data_plate
 from pyro_sparse.priors import (
@@ -160,8 +160,6 @@ class OIVAE(nn.Module):
         library="observed",
     ):
         super().__init__()
-        if not beta > 0:
-            raise ValueError(f"beta must be positive, got {beta}")
         if not is_count(group_input_dim):
             raise ValueError(f"group_input_dim must be a positive integer, got {group_input_dim!r}")
         if groups is None:
@@ -179,7 +177,7 @@ class OIVAE(nn.Module):
         self.num_groups, self.group_input_dim = int(group_of_feature.max()) + 1, int(group_input_dim)
         self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion, library)
         self.likelihood = self.observation.likelihood
-        self.beta = float(beta)
+        self.beta = positive_number("beta", beta)
         self.noise_nu, self.noise_xi = noise_prior_options(noise_nu, noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         self.decoder = GroupGenerators(group_of_feature, latent_dim, self.group_input_dim, self.hidden_dims,

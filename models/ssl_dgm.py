@@ -8,6 +8,7 @@ from pyro import poutine
 from torch import nn
 from torch.distributions import constraints
 
+from pyro_sparse.checks import positive_number
 from pyro_sparse.distributions.likelihoods import COUNT_LIKELIHOODS, check_feature_subsample_size
 from pyro_sparse.nn import MaskedDecoder, ObservationModel
 from pyro_sparse.plates import data_plate
@@ -146,9 +147,7 @@ class SparseDGM(nn.Module):
         self.feature_subsample_end_epoch = float("inf")  # set from max_epochs by check_schedule()
         self.epoch = 0.0  # of training, set by schedule()
         self._step_subset = None  # the subset of the current step, kept by schedule() (outside training: None)
-        if not beta > 0:
-            raise ValueError(f"beta must be positive, got {beta}")
-        self.beta = float(beta)
+        self.beta = positive_number("beta", beta)
         self.noise_nu, self.noise_xi = noise_prior_options(noise_nu, noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         self.decoder = MaskedDecoder(num_features, latent_dim, hidden_dims, memory_budget_bytes,

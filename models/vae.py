@@ -3,6 +3,7 @@
 import pyro
 from torch import nn
 
+from pyro_sparse.checks import positive_number
 from pyro_sparse.nn import DenseDecoder, HeteroscedasticDecoder, ObservationModel
 from pyro_sparse.plates import data_plate
 from pyro_sparse.priors import (
@@ -58,8 +59,6 @@ class VAE(nn.Module):
         library="observed",
     ):
         super().__init__()
-        if not beta > 0:
-            raise ValueError(f"beta must be positive, got {beta}")
         self.num_features, self.latent_dim = num_features, latent_dim
         self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion, library)
         self.likelihood = self.observation.likelihood
@@ -68,7 +67,7 @@ class VAE(nn.Module):
         if noise == "heteroscedastic" and likelihood != "gaussian":
             raise ValueError(f"noise='heteroscedastic' is the gaussian likelihood's; the {likelihood} has no noise")
         self.heteroscedastic = likelihood == "gaussian" and noise == "heteroscedastic"
-        self.beta = float(beta)
+        self.beta = positive_number("beta", beta)
         self.noise_nu, self.noise_xi = noise_prior_options(noise_nu, noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         if self.heteroscedastic:

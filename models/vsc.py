@@ -3,6 +3,7 @@
 import pyro
 from torch import nn
 
+from pyro_sparse.checks import positive_number
 from pyro_sparse.nn import ConvDecoder28, DenseDecoder, HeteroscedasticDecoder, ObservationModel
 from pyro_sparse.plates import data_plate
 from pyro_sparse.priors import LinearGenerator, SpikeSlabPrior, fixed_noise_variance
@@ -92,8 +93,6 @@ class VSC(nn.Module):
         library="observed",
     ):
         super().__init__()
-        if not beta > 0:
-            raise ValueError(f"beta must be positive, got {beta}")
         if decoder not in ("mlp", "linear", "conv"):
             raise ValueError(f"decoder must be 'mlp', 'linear' or 'conv', got {decoder!r}")
         if covariate_dim and decoder != "mlp":
@@ -105,7 +104,7 @@ class VSC(nn.Module):
         self.observation = ObservationModel(likelihood, num_features, num_batches, dispersion, library)
         self.likelihood = self.observation.likelihood
         self.hidden_dims = tuple(hidden_dims)
-        self.beta = float(beta)
+        self.beta = positive_number("beta", beta)
         self.decoder_kind, self.noise_variance = decoder, noise_variance
         self.decoder = self.linear_generator = None
         if decoder == "linear":

@@ -302,11 +302,20 @@ def test_tensors_without_a_numpy_dtype_are_read(X):
         ({"seed": -1}, ValueError, "seed must be an integer"),
         ({"seed": "1"}, ValueError, "seed must be an integer"),
         ({"dispersion": "gene-batch"}, ValueError, "dispersion='gene-batch' is for the negative_binomial"),
+        ({"beta": float("inf")}, ValueError, "beta must be a positive finite number, got inf"),
+        ({"latent_prior": "spike_slab", "alpha": "abc"}, ValueError, r"alpha must be a number in \(0, 1\), got 'abc'"),
     ],
 )
 def test_bad_settings_are_named(X, settings_, error, message):
     with pytest.raises(error, match=message):
         pyro_sparse.train("ssl_dgm", X, **{**TINY, **settings_})
+
+
+@pytest.mark.parametrize("model", ["vae", "oi_vae", "vsc"])
+def test_an_infinite_kl_weight_is_refused_by_every_model_that_takes_one(X, model):
+    # beta = inf diverged at the first step and left an untrained model behind.
+    with pytest.raises(ValueError, match="beta must be a positive finite number"):
+        pyro_sparse.train(model, X, beta=float("inf"), **TINY)
 
 
 def test_numpy_scalar_settings_train_and_are_saved_as_numbers(X):

@@ -100,6 +100,7 @@ import gzip
 import importlib.util
 import os
 import struct
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -383,10 +384,15 @@ def _read_idx(path):
     with open(path, "rb") as f:
         raw = f.read()
     if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as error:
+            raise ValueError(f"{path} is a damaged or truncated gzip file: {error}") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
         raise ValueError(f"{path} is not an idx file")
     ndim = raw[3]
+    if len(raw) < 4 + 4 * ndim:
+        raise ValueError(f"{path}: the idx header of a {ndim}-D array is cut short")
     shape = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
     dtype = np.dtype(_IDX_DTYPES[raw[2]])
     data = np.frombuffer(raw, dtype=dtype, offset=4 + 4 * ndim)

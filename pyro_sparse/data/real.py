@@ -133,6 +133,8 @@ def quantile_normalize(X):
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D (samples x features), got shape {X.shape}")
+    if not np.all(np.isfinite(X)):  # one NaN would spread through the reference into every row
+        raise ValueError("X contains NaN or infinite values")
     reference = np.sort(X, axis=1).mean(0)
     reference_cumsum = np.concatenate([[0.0], np.cumsum(reference)])
     normalized = np.empty_like(X)

@@ -8,6 +8,7 @@ import re
 import sys
 import warnings
 import zipfile
+import zlib
 
 import numpy as np
 import scipy.sparse as sp
@@ -29,41 +30,61 @@ from pyro_sparse.registry import MODELS, training_defaults
 from pyro_sparse.svi import SVIModel
 
 
+# What a damaged or truncated numpy file raises as it is read.
+_UNREADABLE = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
 def _read_npy(source):
     try:
-        return np.load(source, allow_pickle=False), None
-    except (ValueError, OSError) as error:
+        array = np.load(source, allow_pickle=False)
+    except _UNREADABLE as error:
         raise DataError(f"{source!r} is not an array written by numpy.save (without pickling): {error}") from None
+    if not isinstance(array, np.ndarray):
+        array.close()
+        raise DataError(f"{source!r} is an archive of arrays (numpy.savez), not one array: name it .npz")
+    return array, None
 
 
 def _read_npz(source):
     try:
-        return sp.load_npz(source), None
-    except (ValueError, KeyError, zipfile.BadZipFile):
-        pass
-    try:
         archive = np.load(source, allow_pickle=False)
-    except (ValueError, OSError, zipfile.BadZipFile) as error:
+    except _UNREADABLE as error:
         raise DataError(f"{source!r} is not an archive written by numpy.savez or scipy.sparse.save_npz: {error}") from None
     with archive:
-        if len(archive.files) != 1:
-            raise DataError(f"{source!r} holds arrays {archive.files}; save exactly one") from None
-        return archive[archive.files[0]], None
+        members = archive.files
+        if len(members) > 1 and {"data", "shape"} <= set(members):  # scipy.sparse.save_npz's members
+            try:
+                return sp.load_npz(source), None
+            except (*_UNREADABLE, KeyError) as error:
+                raise DataError(f"{source!r} is a scipy.sparse archive that cannot be read: {error!r}") from None
+        if len(members) != 1:
+            raise DataError(f"{source!r} holds arrays {members}; save exactly one") from None
+        try:
+            return archive[members[0]], None
+        except _UNREADABLE as error:
+            raise DataError(f"{source!r}: its array {members[0]!r} cannot be read: {error}") from None
 
 
 def _read_table(source):
     """
-    A numeric .csv/.tsv/.txt table, with an optional header row of names (a
+    A numeric .csv/.tsv/.txt table (commas, tabs, or for .txt any whitespace,
+    as numpy.savetxt writes), with an optional header row of names (a
     first row that is not all numbers).  A header whose first name is empty
     (pandas' ``to_csv`` with its index) marks a first column of row labels,
     left out.  A first row 0, 1, ..., G - 1 is data, with a warning: it may be
-    the header pandas writes for an unnamed frame.
+    the header pandas writes for an unnamed frame.  A byte-order mark (Excel's
+    "CSV UTF-8") is not part of the first name.
     """
-    delimiter = "\t" if source.lower().endswith(".tsv") else ","
-    with open(source) as stream:
-        header = [name.strip().strip('"').strip("'") for name in stream.readline().strip().split(delimiter)]
-    while len(header) > 1 and header[-1] == "":  # a trailing delimiter
+    delimiter = {".tsv": "\t", ".txt": None}.get(os.path.splitext(source)[1].lower(), ",")
+    try:
+        with open(source, encoding="utf-8-sig") as stream:
+            header = [name.strip().strip('"').strip("'") for name in stream.readline().strip().split(delimiter)]
+    except UnicodeDecodeError as error:
+        raise DataError(f"{source!r} is not UTF-8 text ({error.reason} at byte {error.start}); is it a table?") from None
+    trailing = False
+    while len(header) > 1 and header[-1] == "":  # a trailing delimiter: its empty column is left out too
         header.pop()
+        trailing = True
     try:
         [float(value) for value in header]
         is_header = False
@@ -74,11 +95,12 @@ def _read_table(source):
         is_header = True
     labelled = is_header and len(header) > 1 and header[0] == ""
     names = (header[1:] if labelled else header) if is_header else None
+    columns = range(int(labelled), len(header)) if labelled or trailing else None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "input contained no data": reported below
-            X = np.loadtxt(source, delimiter=delimiter, skiprows=int(is_header), ndmin=2,
-                           usecols=range(1, len(header)) if labelled else None)
+            X = np.loadtxt(source, delimiter=delimiter, skiprows=int(is_header), ndmin=2, usecols=columns,
+                           encoding="utf-8-sig")
     except ValueError as error:
         raise DataError(f"{source!r} is not a numeric table: {error}") from None
     if X.size == 0:
@@ -95,7 +117,7 @@ def _read_h5ad(source):
         raise DataError(f"{source!r}: reading .h5ad files needs anndata (pip install anndata)") from None
     try:
         adata = anndata.read_h5ad(source)
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError, KeyError, TypeError) as error:  # TypeError: an HDF5 file that is not an AnnData
         raise DataError(f"{source!r} is not a readable .h5ad file: {error}") from None
     return adata, list(adata.var_names)
 
@@ -119,9 +141,13 @@ def read_data(source, n=1000, rho=0.6, seed=0):
     reader = READERS.get(os.path.splitext(source)[1].lower())
     if reader is None:
         raise DataError(
-            f"--data {source!r}: use 'synthetic', {', '.join(REAL_DATA)} or a .csv, .tsv, .npy, .npz or .h5ad file"
+            f"--data {source!r}: use 'synthetic', {', '.join(REAL_DATA)} or a .csv, .tsv, .txt, .npy, .npz or .h5ad file"
         )
     X, names = reader(source)
+    if isinstance(X, np.ndarray) and (X.ndim != 2 or X.dtype.names):
+        kind = "a record array" if X.dtype.names else f"an array of shape {X.shape}"
+        raise DataError(f"{source!r} holds {kind}; give a 2-D (points x features) array of numbers, e.g. "
+                        "X.reshape(-1, 1) for one feature")
     return X, names, None, "gaussian"
 
 
@@ -315,7 +341,7 @@ def build_parser():
     fit.add_argument(
         "--data", default="synthetic",
         help=f"'synthetic' (Moran et al. Eq. 9), a real data set ({', '.join(REAL_DATA)}; "
-        "see pyro_sparse.data.real) or a .csv/.tsv/.npy/.npz/.h5ad file",
+        "see pyro_sparse.data.real) or a .csv/.tsv/.txt (whitespace-separated)/.npy/.npz/.h5ad file",
     )
     fit.add_argument(
         "--likelihood", default=None, choices=list(LIKELIHOODS),
@@ -379,6 +405,10 @@ def main(argv=None):
         DataError, DatasetNotInstalledError, ValueError, TypeError, TrainingDivergedError, DecoderMemoryError, OSError
     ) as error:
         print(f"pyro-sparse: error: {_in_cli_words(str(error))}", file=sys.stderr)
+        return 2
+    except MemoryError as error:  # e.g. a file that declares a far larger matrix than it holds
+        print(f"pyro-sparse: error: out of memory ({error}); check the data's shape, or lower --batch-size",
+              file=sys.stderr)
         return 2
     return 0
 

@@ -27,6 +27,7 @@ parameters learned with the model's.  Priors know nothing of the model.
 """
 
 import math
+import numbers
 import warnings
 
 import numpy as np
@@ -194,10 +195,10 @@ class SpikeSlabPrior(LatentPrior):
 
     def __init__(self, latent_dim, alpha=0.01):
         super().__init__(latent_dim)
-        if not 0 < alpha < 1:
+        if not (isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) and 0 < alpha < 1):
             # α = 1 is the Gaussian limit, but then the spike term (1-γ)log((1-γ)/(1-α))
             # of the KL is infinite for any posterior with γ < 1: use latent_prior="normal".
-            raise ValueError(f"alpha must be in (0, 1), got {alpha}; for alpha = 1 use latent_prior='normal'")
+            raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}; for alpha = 1 use latent_prior='normal'")
         self.alpha = float(alpha)
 
     def distribution(self, x):

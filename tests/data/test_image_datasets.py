@@ -275,6 +275,19 @@ def test_idx_reader_on_small_files(tmp_path, compress):
         load_fashion_mnist(split="train", root=str(tmp_path))
 
 
+def test_damaged_idx_files_are_named(tmp_path):
+    images = np.zeros((5, 28, 28), dtype=np.uint8)
+    _write_idx(tmp_path / "t10k-images-idx3-ubyte", images, compress=True)
+    _write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(5), compress=True)
+    path = tmp_path / "t10k-images-idx3-ubyte.gz"
+    path.write_bytes(path.read_bytes()[:-20])  # a download cut short
+    with pytest.raises(ValueError, match="t10k-images-idx3-ubyte.gz is a damaged or truncated gzip file"):
+        load_fashion_mnist(split="test", root=str(tmp_path))
+    path.write_bytes(gzip.compress(struct.pack(">BBBB", 0, 0, 0x08, 3) + b"\x00\x00"))  # header cut short
+    with pytest.raises(ValueError, match="the idx header of a 3-D array is cut short"):
+        load_fashion_mnist(split="test", root=str(tmp_path))
+
+
 def test_fashion_mnist_missing_names_the_install_command(tmp_path):
     with pytest.raises(DatasetNotInstalledError, match="apt-get install dataset-fashion-mnist"):
         load_fashion_mnist(root=str(tmp_path / "missing"))

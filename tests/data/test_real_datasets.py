@@ -31,6 +31,9 @@ def test_quantile_normalize_by_hand():
     # the tied 4s of row 1 share the mean of ranks 1 and 2: (3.5 + 4.5) / 2
     X = np.array([[5.0, 2.0, 3.0], [4.0, 1.0, 4.0]])
     np.testing.assert_allclose(quantile_normalize(X), [[4.5, 1.5, 3.5], [4.0, 1.5, 4.0]])
+    # A NaN would spread through the reference into every row.
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        quantile_normalize([[1.0, np.nan, 3.0], [2.0, 2.0, 1.0]])
 
 
 def test_quantile_normalized_rows_share_one_distribution_and_keep_order():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pyro_sparse.interop.cli import main
+from pyro_sparse.interop.cli import main, read_data
 
 QUICK = ["--epochs", "2", "--latent-dim", "3", "--hidden-dims", "8,8", "--quiet"]
 
@@ -41,7 +41,8 @@ def test_every_registered_model_trains_from_the_command_line(tmp_path, model):
     assert pyro_sparse.load(out / "model.pt").transform(X).shape == (60, 3)
 
 
-@pytest.mark.parametrize("kind", ["csv", "csv-header", "npy", "npz-sparse", "npz-dense"])
+@pytest.mark.parametrize("kind", ["csv", "csv-header", "csv-bom", "csv-trailing", "txt", "npy", "npz-sparse",
+                                  "npz-dense"])
 def test_reads_user_files(tmp_path, kind):
     X = np.random.default_rng(0).normal(size=(60, 4))
     path = tmp_path / f"data.{kind.split('-')[0]}"
@@ -49,6 +50,12 @@ def test_reads_user_files(tmp_path, kind):
         np.savetxt(path, X, delimiter=",")
     elif kind == "csv-header":
         np.savetxt(path, X, delimiter=",", header="a,b,c,d", comments="")
+    elif kind == "csv-bom":  # Excel's "CSV UTF-8": a byte-order mark before the first value
+        np.savetxt(path, X, delimiter=",", encoding="utf-8-sig")
+    elif kind == "csv-trailing":  # a delimiter at the end of every line
+        path.write_text("\n".join(",".join(map(repr, row)) + "," for row in X.tolist()) + "\n")
+    elif kind == "txt":  # numpy.savetxt's default: spaces
+        np.savetxt(path, X)
     elif kind == "npy":
         np.save(path, X)
     elif kind == "npz-sparse":
@@ -58,6 +65,37 @@ def test_reads_user_files(tmp_path, kind):
     out = tmp_path / "run"
     assert main(["train", "--model", "vae", "--data", str(path), "--out", str(out), *QUICK]) == 0
     assert (out / "model.pt").exists()
+    read = read_data(str(path))[0]
+    np.testing.assert_allclose(read.toarray() if sp.issparse(read) else read, np.abs(X) if kind == "npz-sparse" else X)
+
+
+def _damaged(path, offset):
+    content = bytearray(path.read_bytes())
+    content[offset] ^= 0xFF
+    path.write_bytes(bytes(content))
+
+
+BAD_FILES = {
+    "one-d.npy": (lambda p: np.save(p, np.arange(10.0)), "holds an array of shape (10,); give a 2-D"),
+    "record.npy": (lambda p: np.save(p, np.zeros(3, dtype=[("a", float), ("b", float)])), "holds a record array"),
+    "empty.npy": (lambda p: p.write_bytes(b""), "is not an array written by numpy.save"),
+    "archive.npy": (lambda p: np.savez(open(p, "wb"), a=np.ones((3, 2))), "is an archive of arrays (numpy.savez)"),
+    "damaged.npz": (lambda p: (np.savez(p, a=np.ones((30, 4))), _damaged(p, 300)), "its array 'a' cannot be read"),
+    "damaged-sparse.npz": (lambda p: (sp.save_npz(p, sp.csr_matrix(np.ones((30, 4))), compressed=False),
+                                      _damaged(p, 300)), "is a scipy.sparse archive that cannot be read"),
+    "latin1.csv": (lambda p: p.write_bytes("é,1\n2,3\n".encode("latin-1")), "is not UTF-8 text"),
+    "huge.npz": (lambda p: np.savez(p, data=np.ones(1), indices=np.zeros(1, np.int32), indptr=np.array([0, 1], np.int32),
+                                    format=np.array(b"csr"), shape=np.array([1, 10**13])), "out of memory"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_FILES)
+def test_damaged_or_unexpected_files_are_named(tmp_path, capsys, name):
+    write, message = BAD_FILES[name]
+    path = tmp_path / name
+    write(path)
+    assert main(["train", "--data", str(path), "--out", str(tmp_path / "run"), *QUICK]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_tables_written_by_pandas_are_read_with_their_names(tmp_path):

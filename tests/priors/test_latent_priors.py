@@ -282,7 +282,7 @@ def test_a_prior_of_the_wrong_kind_or_shape_fails_at_train_time(data, prior, err
 
 
 def test_priors_validate_their_parameters():
-    with pytest.raises(ValueError, match="alpha must be in \\(0, 1\\)"):
+    with pytest.raises(ValueError, match="alpha must be a number in \\(0, 1\\)"):
         SpikeSlabPrior(3, alpha=1.5)
     with pytest.raises(ValueError, match="threshold must be a positive"):
         ThresholdedLaplacePrior(3, threshold=-0.1)
