@@ -112,6 +112,18 @@ def test_validation_and_early_stopping(data):
     history = fitted.history_
     assert len(history["validation_loss"]) == len(history["train_loss"]) >= 2
     assert np.isfinite(history["validation_loss"]).all()
+    # Each epoch's validation uses the same draws (common random numbers), whatever the RNG's state, and leaves
+    # the training stream alone.
+    from pyro_sparse.data import Dataset
+    from pyro_sparse.infer.loop import mean_negative_elbo
+
+    validation = Dataset.from_data(data.X[:40], "gaussian")
+    state = torch.get_rng_state()
+    first = mean_negative_elbo(fitted.model, fitted.guide, validation, 10, "cpu", seed=0)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(123)
+    assert mean_negative_elbo(fitted.model, fitted.guide, validation, 10, "cpu", seed=0) == first
+    assert mean_negative_elbo(fitted.model, fitted.guide, validation, 10, "cpu", seed=1) != first
     with pytest.raises(ValueError, match="early_stopping needs validation data"):
         Schedule(early_stopping=3)
     with pytest.raises(TypeError, match="Schedule"):
