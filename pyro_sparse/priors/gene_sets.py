@@ -24,7 +24,7 @@ def read_gmt(path):
     undecodable file is an error naming the line.
     """
     try:
-        with open(path, encoding="utf-8") as stream:
+        with open(path, encoding="utf-8-sig") as stream:  # "-sig": a byte-order mark is not part of a set's name
             lines = stream.read().splitlines()
     except OSError as error:
         raise ValueError(f"cannot read the gene-set file {os.fspath(path)!r}: {error.strerror or error}") from None
@@ -200,6 +200,9 @@ class GeneSetPrior(SpikeSlabLassoPrior):
         self.feature_names = [str(name) for name in feature_names]
         num_sets = len(self.set_names)
         if num_free_factors is None:
+            if latent_dim < num_sets:
+                raise ValueError(f"latent_dim={latent_dim} is fewer than the {num_sets} gene sets: pass latent_dim="
+                                 f"{num_sets} or more (a factor per set, then free factors)")
             num_free_factors = latent_dim - num_sets
         if isinstance(num_free_factors, bool) or not isinstance(num_free_factors, (int, np.integer)) \
                 or num_free_factors < 0:

@@ -47,6 +47,17 @@ def test_loss_curve_draws_training_and_validation_losses():
     assert [list(line.get_ydata()) for line in axis.lines] == [[3.0, 2.0, 1.5], [3.1, 2.2, 1.9]]
 
 
+def test_figures_are_the_callers_not_left_open_in_pyplot(images):
+    # 22 loss curves used to leave 22 open pyplot figures (and matplotlib's "more than 20 figures" warning).
+    X, fitted = images
+    before = plt.get_fignums()
+    for _ in range(3):
+        plots.loss_curve(fitted.history_)
+        plots.sparsity_histograms(fitted.transform(X))
+        plots.latent_traversal(fitted, X[:1], (4, 6))
+    assert plt.get_fignums() == before
+
+
 def test_mask_heatmap_groups_features_by_factor():
     figure = plots.mask_heatmap(W, NAMES)
     heatmap, colorbar = figure.axes

@@ -85,7 +85,8 @@ def test_free_factors_default_to_the_rest_of_latent_dim():
 @pytest.mark.parametrize("latent_dim, free, message", [
     (3, 2, r"latent_dim=3, but 2 gene sets \+ 2 free factors make 4 factors: pass latent_dim=4"),
     (1, 0, r"latent_dim=1 is fewer than the 2 gene sets: pass latent_dim=2"),
-    (1, None, r"num_free_factors must be a non-negative integer"),
+    (1, None, r"latent_dim=1 is fewer than the 2 gene sets: pass latent_dim=2 or more"),
+    (3, -1, r"num_free_factors must be a non-negative integer"),
 ])
 def test_latent_dim_must_be_the_sets_plus_the_free_factors(latent_dim, free, message):
     with pytest.raises(ValueError, match=message):
@@ -165,6 +166,9 @@ def test_read_gmt_keeps_file_order_and_skips_blank_lines(tmp_path):
     path = tmp_path / "h.gmt"
     path.write_text("HALLMARK_B\thttp://x\tG1\tG2\t\n\n  \nHALLMARK_A\tna\tG3\r\n")
     assert read_gmt(path) == {"HALLMARK_B": ["G1", "G2"], "HALLMARK_A": ["G3"]}
+    # A byte-order mark (Excel, Notepad) is not part of the first set's name.
+    path.write_text("HALLMARK_B\tx\tG1\n", encoding="utf-8-sig")
+    assert read_gmt(path) == {"HALLMARK_B": ["G1"]}
 
 
 @pytest.mark.parametrize("content, message", [
