@@ -74,9 +74,11 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
     )
     dataset = anndata_io.training_dataset(data, likelihood, layer, batch_key)
     if likelihood == "gaussian" and dataset.looks_like_counts():
+        counts = [name for name in ("negative_binomial", "zinb", "poisson", "multinomial") if name in entry.likelihoods]
         warnings.warn(
             "the data look like raw counts (non-negative integers): the gaussian likelihood treats them as real "
-            "values; for counts use likelihood='negative_binomial' (or 'zinb', 'poisson', 'multinomial')",
+            f"values; for counts use likelihood={counts[0]!r}"
+            + (f" (or {', '.join(map(repr, counts[1:]))})" if counts[1:] else ""),
             stacklevel=2,
         )
     # An entry's fit may offer train's own names where an option misspells one (registry: ``keywords``).

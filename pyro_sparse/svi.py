@@ -34,7 +34,7 @@ from torch.distributions import Distribution
 from pyro_sparse.checks import is_count
 from pyro_sparse.data import DataSummary, check_training_data
 from pyro_sparse.data.covariates import CovariateSpec
-from pyro_sparse.distributions.likelihoods import COUNT_LIKELIHOODS
+from pyro_sparse.distributions.likelihoods import COUNT_LIKELIHOODS, LIKELIHOODS
 from pyro_sparse.fitted import FittedModel
 from pyro_sparse.guides import GUIDE_FAMILIES, GUIDES
 from pyro_sparse.infer import checkpoints, distributed
@@ -171,6 +171,8 @@ class SVIModel:
     (``hidden_dims``, ``encoder_hidden_dims``) for count likelihoods, used when
     the user sets no ``hidden_dims``.
     """
+
+    likelihoods = LIKELIHOODS
 
     def __init__(self, model, summary, latent_prior="normal", mask_prior=None, elbo=TraceMeanField_ELBO,
                  training_defaults=None, prior_defaults=None, count_networks=None):

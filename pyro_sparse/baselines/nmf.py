@@ -234,6 +234,7 @@ class NMF:
     """The registry entry of ``nmf``: fitted by scikit-learn, evaluated like the SVI models."""
 
     summary = "non-negative matrix factorisation (scikit-learn), Poisson (KL) or Gaussian (Frobenius) loss"
+    likelihoods = tuple(_LOSSES)
     _OPTIONS = ("alpha", "l1_ratio", "max_iter", "tol")
 
     def option_names(self, latent_prior=None, mask_prior=None):

@@ -219,7 +219,8 @@ def _figures(fitted, X, names, image_shape):
         if np.any(W):
             figures["top_features.png"] = plots.top_features(W, 10, names)
     codes = fitted.transform(X)
-    if np.any(codes == 0):  # exactly sparse codes (vsc, tvsc, nmf)
+    in_use = getattr(fitted, "active_factors_", slice(None))  # nmf uses all its factors
+    if np.any(codes[:, in_use] == 0):  # sparse codes (vsc, tvsc, nmf), not factors switched off
         figures["sparsity.png"] = plots.sparsity_histograms(codes)
     if image_shape is not None:
         figures["traversal.png"] = plots.latent_traversal(fitted, X[:1], image_shape)

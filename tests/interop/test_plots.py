@@ -142,6 +142,20 @@ def test_command_line_writes_sparsity_and_traversal_figures(tmp_path, capsys):
     assert not (tmp_path / "bad").exists()  # rejected before training
 
 
+def test_the_command_line_draws_sparsity_for_sparse_codes_not_for_switched_off_factors():
+    # A factor the sparse VAE switched off (a zero column of W) has codes reported as 0: not sparse codes.
+    import torch
+
+    from pyro_sparse.interop.cli import _figures
+
+    X = np.random.default_rng(0).normal(size=(60, 6)).astype(np.float32)
+    fitted = pyro_sparse.train("ssl_dgm", X, latent_dim=3, **QUICK)
+    with torch.no_grad():
+        fitted.guide.unconstrained["W"][:, 0] = 0.0
+    assert (fitted.transform(X)[:, 0] == 0).all()
+    assert "sparsity.png" not in _figures(fitted, X, None, None)
+
+
 def test_top_features_and_traversals_name_bad_arguments():
     from pyro_sparse.fitted import top_features
 

@@ -140,6 +140,9 @@ def test_counts_must_be_counts(adata, likelihood):
 def test_raw_counts_with_the_gaussian_likelihood_warn(adata):
     with pytest.warns(UserWarning, match="look like raw counts.*negative_binomial"):
         pyro_sparse.train("vae", adata.layers["counts"], **QUICK)
+    # nmf fits counts by the multinomial (KL) loss only: the advice names what it accepts.
+    with pytest.warns(UserWarning, match=r"for counts use likelihood='multinomial'$"):
+        pyro_sparse.train("nmf", adata.layers["counts"], latent_dim=3)
 
 
 def test_registration_survives_an_h5ad_file(adata, tmp_path):
