@@ -139,7 +139,11 @@ VARIANTS = {
     "tl_paper": ("TL, paper's recipe", "tvsc", dict(estimator="straight_through", kl="base",
                                                      amortized_threshold=False, scale_warmup_start=0.1)),
 }
-ROWS = {**TABLE1, **VARIANTS}
+# The spike-and-slab baseline with Appendix D's prior scale 0.1 for its slab (the row above keeps VSC's N(0, 1)).
+SPIKE_SLAB_VARIANTS = {
+    "spike_slab_scale": ("Spike-and-slab, slab scale 0.1", "vsc", dict(alpha=0.1, slab_scale=0.1)),
+}
+ROWS = {**TABLE1, **VARIANTS, **SPIKE_SLAB_VARIANTS}
 THRESHOLDED_LAPLACE = ["thr_laplace", "thr_laplace_gamma", *VARIANTS]
 
 # The paper's Table 1 (J = 1 / J = 20), 16x16 patches, 80k training patches, 300 epochs.

@@ -49,7 +49,8 @@ class VSC(nn.Module):
     :param float min_noise_variance: floor of the MLP decoder's variance, in
         standardised units (gaussian only).
     :param str decoder: ``"mlp"`` (the paper's), ``"linear"`` (x ≈ A z) or ``"conv"``.
-    :param float dictionary_penalty: κ of the linear decoder's Frobenius penalty.
+    :param float dictionary_penalty: κ of the linear decoder's Frobenius penalty
+        (1e-4, Fallah & Rozell's Appendix D for the variational methods).
     :param bool shared_atom_norm: the linear decoder's atoms share one learned
         norm, as in ``tvsc`` (:class:`~pyro_sparse.priors.LinearGenerator`).
     :param float noise_variance: σ² of the linear and conv decoders' Gaussian
@@ -83,7 +84,7 @@ class VSC(nn.Module):
         beta=1.0,
         min_noise_variance=1e-3,
         decoder="mlp",
-        dictionary_penalty=1e-3,
+        dictionary_penalty=1e-4,
         shared_atom_norm=True,
         noise_variance=None,
         latent_prior=None,

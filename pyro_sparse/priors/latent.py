@@ -187,22 +187,25 @@ def _cholesky(covariance, latent_dim, name="prior_covariance"):
 
 class SpikeSlabPrior(LatentPrior):
     r"""
-    z_k ~ α N(0, 1) + (1 - α) δ_0 (Tonolini et al., ICLR version Eq. 4):
-    α is the prior probability that a code dimension is non-zero.
+    z_k ~ α N(0, s²) + (1 - α) δ_0 (Tonolini et al., ICLR version Eq. 4, where
+    s = 1): α is the prior probability that a code dimension is non-zero.
+    ``slab_scale`` s = 0.1 is Fallah & Rozell's (2022, Appendix D) prior scale
+    for their spike-and-slab baseline on patches.
     """
 
     guide_family = "spike_slab"
 
-    def __init__(self, latent_dim, alpha=0.01):
+    def __init__(self, latent_dim, alpha=0.01, slab_scale=1.0):
         super().__init__(latent_dim)
         if not (isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) and 0 < alpha < 1):
             # α = 1 is the Gaussian limit, but then the spike term (1-γ)log((1-γ)/(1-α))
             # of the KL is infinite for any posterior with γ < 1: use latent_prior="normal".
             raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}; for alpha = 1 use latent_prior='normal'")
         self.alpha = float(alpha)
+        self.slab_scale = positive_number("slab_scale", slab_scale)
 
     def distribution(self, x):
-        return SpikeAndSlab(x.new_full((self.latent_dim,), self.alpha), 0.0, 1.0).to_event(1)
+        return SpikeAndSlab(x.new_full((self.latent_dim,), self.alpha), 0.0, self.slab_scale).to_event(1)
 
 
 class PseudoInputPrior(SpikeSlabPrior):

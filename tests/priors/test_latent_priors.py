@@ -128,8 +128,12 @@ def test_sparse_codes_with_every_decoder(model, prior, decoder):
 
 
 def test_prior_hyperparameters_reach_the_prior_and_foreign_ones_are_refused(data):
-    fitted = pyro_sparse.train("ssl_dgm", data.X, latent_prior="spike_slab", alpha=0.3, **QUICK)
+    fitted = pyro_sparse.train("ssl_dgm", data.X, latent_prior="spike_slab", alpha=0.3, slab_scale=0.1, **QUICK)
     assert fitted.model.latent_prior.alpha == 0.3
+    prior = fitted.model.latent_prior.distribution(torch.zeros(1)).base_dist
+    assert torch.allclose(prior.scale, torch.tensor(0.1)) and torch.allclose(prior.gate, torch.tensor(0.3))
+    with pytest.raises(ValueError, match="slab_scale must be a positive finite number"):
+        pyro_sparse.train("vsc", data.X, slab_scale=0.0, **QUICK)
     assert fitted.config["hyperparameters"]["alpha"] == 0.3
     with pytest.raises(TypeError, match=r"no option\(s\) \['alpha'\]"):
         pyro_sparse.train("ssl_dgm", data.X, alpha=0.3, **QUICK)  # alpha belongs to spike_slab, not normal
