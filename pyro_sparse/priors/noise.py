@@ -9,7 +9,7 @@ from torch.distributions import constraints
 from pyro_sparse.data.validation import DataError
 from pyro_sparse.distributions.likelihoods import InverseGamma
 
-# ν of the σ² prior: Table 6 of Moran et al. (2022).
+# ν of the σ² prior (Eq. 60): Moran et al. (2022), Appendix C.2, "We set ν = 3".
 DEFAULT_NOISE_NU = 3.0
 
 
