@@ -616,7 +616,7 @@ def _standardise(model, guide, summary):
 
 
 def _start_at_mean_proportions(model, summary):
-    """Count decoders give log proportions: start them at each feature's share of the mean library."""
+    """Count decoders give log rates per unit of library: start them at each feature's share of the mean library."""
     output_affine = getattr(getattr(model, "decoder", None), "output_affine", None)
     if output_affine is None:
         return

@@ -106,14 +106,16 @@ def observation(likelihood, output, noise_variance=None, log_library=None, inver
     r"""
     The distribution of one data point's features given the decoder output,
     with event shape ``(G,)``: means for ``gaussian``; logits for ``bernoulli``
-    and ``multinomial``; for the count likelihoods, log proportions f with the
-    cell's log library size ℓ as an offset (a GLM offset, as in scVI), so the
-    mean count is μ_ig = exp(ℓ_i + f_ig):
+    and ``multinomial``; for the count likelihoods, log rates f per unit of
+    library (not normalised over genes, unlike scVI's softmax) with the
+    cell's log library size ℓ as an offset (a GLM offset), so the mean count
+    is μ_ig = exp(ℓ_i + f_ig):
 
     * ``poisson``: x_ig ~ Poisson(μ_ig);
     * ``negative_binomial``: x_ig ~ NB(mean μ_ig, inverse dispersion θ_g),
       variance μ + μ²/θ;
-    * ``zinb``: with probability sigmoid(``zero_logits``) an extra zero, else NB.
+    * ``zinb``: with probability sigmoid(``zero_logits``) an extra zero, else NB
+      (one zero-inflation logit per gene, for every cell).
 
     Each feature's term stands alone (no normaliser over features, unlike the
     multinomial's softmax), so feature subsampling stays unbiased.
