@@ -4,7 +4,7 @@ import torch
 
 from pyro_sparse.checks import positive_number
 from pyro_sparse.distributions import GroupLasso
-from pyro_sparse.priors.site import SitePrior, gradient_averaging_weight
+from pyro_sparse.priors.site import SitePrior, gradient_averaging_weight, largest_shrink
 
 
 def group_soft_threshold(value, threshold):
@@ -83,7 +83,7 @@ class GroupLassoPrior(SitePrior):
     @torch.no_grad()
     def after_step(self, weights, step_size, max_shift, strength=1.0):
         rate = strength * self.rate
-        threshold = (rate * step_size.mean(-1, keepdim=True)).clamp_max(max_shift)
+        threshold = (rate * step_size.mean(-1, keepdim=True)).clamp_max(largest_shrink(max_shift, weights.shape[-1]))
         weights.copy_(group_soft_threshold(weights, threshold))
         if self._was_zero is not None:
             quiet = torch.linalg.vector_norm(self.average_gradient, dim=-1, keepdim=True) <= rate

@@ -6,7 +6,7 @@ import pyro.distributions as dist
 import torch
 
 from pyro_sparse.checks import positive_number
-from pyro_sparse.priors.site import SitePrior
+from pyro_sparse.priors.site import SitePrior, largest_shrink
 
 
 class HorseshoePrior(SitePrior):
@@ -120,5 +120,5 @@ class HorseshoePrior(SitePrior):
     @torch.no_grad()
     def after_step(self, mask, step_size, max_shift, strength=1.0):
         shrunk = mask / (1 + strength * step_size / self.prior_variance())
-        mask.copy_(mask.sign() * torch.maximum(shrunk.abs(), mask.abs() - max_shift))
+        mask.copy_(mask.sign() * torch.maximum(shrunk.abs(), mask.abs() - largest_shrink(max_shift)))
         self.update(mask)

@@ -21,12 +21,28 @@ calls around each optimizer step on the point estimate of that site:
 Priors know nothing of the model they are used in.
 """
 
+import math
+
 import torch
 from torch import nn
 from torch.distributions import Distribution
 
 from pyro_sparse.distributions.util import on_device
 
+
+
+def largest_shrink(max_shift, size=1):
+    """
+    The most a proximal step may shrink a block of ``size`` coordinates (its
+    length), given the optimizer's largest move of one coordinate: twice the
+    optimizer's largest move of the block (``max_shift``·√size).  Finite, so
+    that an entry whose gradient has been ~0 (a tiny Adam second moment, a
+    huge step size) is not zeroed in one step before the data speak for it;
+    twice the move, so that under a steady gradient (Adam then moves each
+    coordinate by exactly ``max_shift``) a penalty larger than the gradient
+    still wins instead of stalling the entry where it is.
+    """
+    return 2.0 * max_shift * math.sqrt(size)
 
 
 def gradient_averaging_weight(value):

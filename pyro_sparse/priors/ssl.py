@@ -7,7 +7,7 @@ import torch
 
 from pyro_sparse.checks import positive_number
 from pyro_sparse.distributions import SpikeSlabLasso
-from pyro_sparse.priors.site import SitePrior, gradient_averaging_weight
+from pyro_sparse.priors.site import SitePrior, gradient_averaging_weight, largest_shrink
 
 
 class SpikeSlabLassoPrior(SitePrior):
@@ -186,12 +186,8 @@ class SpikeSlabLassoPrior(SitePrior):
 
     @torch.no_grad()
     def after_step(self, mask, step_size, max_shift, strength=1.0):
-        # Capped at the optimizer's largest move: where the smooth gradient has
-        # been ~0, Adam's step size lr/(sqrt(v)+eps) is huge and an uncapped
-        # threshold would zero an entry in one step, before the data could
-        # speak for it.
         penalty = strength * self.penalty_weights()
-        threshold = (step_size * penalty).clamp_max(max_shift)
+        threshold = (step_size * penalty).clamp_max(largest_shrink(max_shift))
         mask.copy_(mask.sign() * (mask.abs() - threshold).clamp_min(0))
         # A zero entry stays zero until the gradient averaged over many steps
         # beats its penalty (the zero test of regularized dual averaging, Xiao

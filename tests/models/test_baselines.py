@@ -121,9 +121,10 @@ def synthetic():
 
 @pytest.fixture(scope="module")
 def oi_vae(synthetic):
-    # λ = 100 on the full-data ELBO (the oi-VAE code's λ = 1 per data point
-    # would be λ = N = 300 here).  Over seeds 0-3: 11-26 zero columns, AUC 0.88-1.
-    return pyro_sparse.train("oi_vae", synthetic.X, latent_dim=5, max_epochs=40, hidden_dims=(20, 20), lam=100.0,
+    # λ = 10 on the full-data ELBO (the oi-VAE code's λ = 1 per data point
+    # would be λ = N = 300 here).  Over seeds 0-3: 17-27 zero columns of 35, AUC 0.86-1
+    # (λ = 100, which the shrink capped at lr needed, now leaves 30-34 columns zero, AUC 0.44-0.81).
+    return pyro_sparse.train("oi_vae", synthetic.X, latent_dim=5, max_epochs=40, hidden_dims=(20, 20), lam=10.0,
                              seed=0, progress=False)
 
 
@@ -305,11 +306,11 @@ def test_horseshoe_hooks_take_the_proximal_step_of_the_gaussian_term():
     with torch.no_grad():
         prior.after_step(mask, step_size, max_shift=100.0)
     torch.testing.assert_close(mask.detach(), w * variance / (variance + step_size))
-    # Capped, no entry moves further than one optimizer step.
+    # Capped, no entry moves further than two optimizer steps.
     mask = torch.nn.Parameter(torch.full((4, 2), 5.0))
     with torch.no_grad():
         prior.after_step(mask, torch.full((4, 2), 1e6), max_shift=0.01)
-    torch.testing.assert_close(mask.detach(), torch.full((4, 2), 4.99))
+    torch.testing.assert_close(mask.detach(), torch.full((4, 2), 4.98))
 
 
 def fit_mask(synthetic, **hyperparameters):

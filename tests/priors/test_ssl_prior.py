@@ -289,15 +289,15 @@ def test_after_step_zero_step_size_is_identity_on_w():
     assert torch.equal(mask.detach(), before)
 
 
-def test_after_step_moves_no_entry_further_than_max_shift():
+def test_after_step_moves_no_entry_further_than_twice_max_shift():
     # Where the smooth gradient has been ~0, Adam's step size is lr/eps; the
-    # proximal step must still move each entry by at most max_shift (= lr).
+    # proximal step must still move each entry by at most twice max_shift (= lr).
     prior, mask = make_prior_and_mask()
     prior.update(mask)
     w = torch.tensor([[2.0, -2.0], [0.5, 0.0], [1.0, -0.01]], dtype=torch.float64)
     with torch.no_grad():
         mask.copy_(w)
-    prior.after_step(mask, torch.full((3, 2), 1e6, dtype=torch.float64), 0.1)
+    prior.after_step(mask, torch.full((3, 2), 1e6, dtype=torch.float64), 0.05)
     torch.testing.assert_close(mask.detach(), w.sign() * (w.abs() - 0.1).clamp_min(0))
 
 
@@ -340,8 +340,11 @@ def test_sgd_step_equals_proximal_gradient_step():
 
 
 # ------------------------------------------------------ end-to-end proximal ---
-def run_proximal(t, c, lambda0, lambda1, w0, steps=2000, a=1.0, b=None, optimizer="adam"):
-    """Minimise sum_k 0.5 c (w_k - t_k)^2 - log SSL(w_k) with an optimizer + the hooks."""
+def run_proximal(t, c, lambda0, lambda1, w0, steps=2000, a=1.0, b=None, optimizer="adam", max_shift=math.inf):
+    """
+    Minimise sum_k 0.5 c (w_k - t_k)^2 - log SSL(w_k) with an optimizer + the
+    hooks; ``max_shift``: what the training loop passes (the lr), or no cap.
+    """
     K = len(t)
     prior = SpikeSlabLassoPrior(1, K, lambda0=lambda0, lambda1=lambda1, a=a, b=b)
     w = torch.nn.Parameter(torch.tensor([w0], dtype=torch.float64))
@@ -358,8 +361,15 @@ def run_proximal(t, c, lambda0, lambda1, w0, steps=2000, a=1.0, b=None, optimize
         prior.before_step(w)
         opt.step()
         step = adam_step_sizes(opt, w) if optimizer == "adam" else opt.param_groups[0]["lr"]
-        prior.after_step(w, step, float("inf"))
+        prior.after_step(w, step, max_shift)
     return w.detach()[0], prior
+
+
+def test_a_steady_gradient_does_not_stall_the_capped_proximal_step():
+    # Noise-free Adam moves an entry by exactly lr per step; a shrink capped at lr only matched that move, so w
+    # stopped wherever |gradient| < λ* (1.58 here, from 3) instead of at the stationary point t - λ1/c = 1.
+    w, _ = run_proximal([2.0], 1.0, 10.0, 1.0, w0=[3.0], steps=4000, max_shift=0.02)
+    assert w[0].item() == pytest.approx(1.0, abs=2e-3)
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
