@@ -32,7 +32,11 @@ class SpikeSlabLassoPrior(SitePrior):
       learned to use them.)
 
     The loop's loss must be the full -ELBO (data term scaled by N / batch) so
-    that gradients and λ* are in the same units.
+    that gradients and λ* are in the same units.  The loss it reports holds
+    -log SSL(W | η) with the indicators summed out (Eq. 51's exact term, not
+    Eq. 53's bound, whose W-gradient is the same at the E-step's λ*) and
+    leaves out log Beta(η | a, b), which enters only the η update: training
+    losses of fits with different η differ from Eq. 53 by that term.
 
     :param int num_features: G.
     :param int latent_dim: K.
