@@ -4,6 +4,7 @@ import os
 import pickle
 import socket
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -314,18 +315,23 @@ def test_save_is_atomic(fitted, tmp_path, monkeypatch):
 
 @pytest.mark.skipif(os.name != "posix", reason="orphans are found by process id on POSIX systems")
 def test_a_writer_killed_before_its_rename_leaves_no_partial_file_behind(fitted, tmp_path):
-    # The partial file of a process that no longer runs is removed by the next write of the same file; that of a
-    # running process (here the parent) and of another file are kept.
+    # The next write of the same file removes a partial file of this user's, untouched for an hour, whose process
+    # no longer runs; it keeps one of a running process (the parent), a recent one (its writer may run in another
+    # process namespace), one of another file, and one whose name only starts like its own.
     dead = subprocess.Popen(["true"])
     dead.wait()
-    host = socket.gethostname()
-    orphan = tmp_path / f".model.pt.{host}.{dead.pid}.0a.partial"
-    running = tmp_path / f".model.pt.{host}.{os.getppid()}.0b.partial"
-    other = tmp_path / f".other.pt.{host}.{dead.pid}.0c.partial"
-    for partial in (orphan, running, other):
+    host, hex32 = socket.gethostname(), "0" * 32
+    orphan = tmp_path / f".model.pt.{host}.{dead.pid}.{hex32}.partial"
+    kept = [tmp_path / f".model.pt.{host}.{os.getppid()}.{hex32}.partial",
+            tmp_path / f".other.pt.{host}.{dead.pid}.{hex32}.partial",
+            tmp_path / f".model.pt.{host}.{dead.pid}.{host}.{dead.pid}.{hex32}.partial"]
+    recent = tmp_path / f".model.pt.{host}.{dead.pid}.{'1' * 32}.partial"
+    for partial in (orphan, *kept, recent):
         partial.write_bytes(b"half a model")
+        if partial != recent:
+            os.utime(partial, (time.time() - 7200, time.time() - 7200))
     fitted.save(tmp_path / "model.pt")
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model.pt", running.name, other.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model.pt", recent.name, *(p.name for p in kept)])
 
 
 def test_constant_feature_is_named_for_gaussian(data):

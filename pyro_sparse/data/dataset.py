@@ -15,6 +15,10 @@ from pyro_sparse.data.backed import BackedMatrix
 from pyro_sparse.data.validation import DataError, as_matrix, check_values, feature_names_of
 
 
+# Rows of an in-memory sparse matrix hashed at a time (add_to_hash): a block's copy, not the matrix's.
+HASH_ROWS = 65536
+
+
 @dataclass(frozen=True)
 class DataSummary:
     """What models need to know about the training data before fitting."""
@@ -131,15 +135,22 @@ class Dataset:
         ``hasher`` (a :mod:`hashlib` object): what a resumed run compares to
         tell the data it started on from other data with the same feature
         means.  A sparse matrix is hashed as its row lengths, column indices
-        and values, each stream on its own, so the same matrix gives the same
-        hash whole or read from disk in chunks (one more pass over the file).
+        and values (stored zeros dropped), each stream on its own and read in
+        blocks of rows, so the same matrix gives the same hash whole or read
+        from disk (one more pass over the file), without a copy of it.
         """
         streams = [hashlib.sha256() for _ in range(3)]
-        chunks = self.matrix._chunks(self.likelihood) if isinstance(self.matrix, BackedMatrix) else [self.matrix]
+        if isinstance(self.matrix, BackedMatrix):
+            chunks = self.matrix._chunks(self.likelihood)
+        elif sp.issparse(self.matrix):
+            chunks = (self.matrix[start : start + HASH_ROWS] for start in range(0, self.num_data, HASH_ROWS))
+        else:
+            chunks = [self.matrix]
         for chunk in chunks:
             if sp.issparse(chunk):
-                chunk = sp.csr_matrix(chunk, copy=True)
-                chunk.sum_duplicates()  # one stored form per matrix: sorted, unique entries
+                chunk = sp.csr_matrix(chunk, copy=True)  # one block: sorted, unique, non-zero entries
+                chunk.sum_duplicates()
+                chunk.eliminate_zeros()
                 parts = (np.diff(chunk.indptr), chunk.indices.astype(np.int64), chunk.data.astype(np.float32))
             else:
                 parts = (None, None, chunk.numpy())

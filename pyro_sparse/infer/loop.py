@@ -65,6 +65,8 @@ class SingleProcess:
     interface of :class:`~pyro_sparse.infer.distributed.DataParallel`.
     """
 
+    rank = 0  # the interface's process index (DataParallel's rank)
+
     def __init__(self, model, guide, elbo):
         self.loss = ELBOLoss(model, guide, elbo)
 
@@ -338,8 +340,9 @@ class Trainer:
         self.model.eval()
         self.guide.eval()
         loss = self.strategy.mean(
+            # Each rank its own fixed draws, so that the mean over ranks averages independent ones.
             mean_negative_elbo(self.model, self.guide, validation_data, self.batch_size, self.device,
-                               self.settings.seed)
+                               self.settings.seed + self.strategy.rank)
         )
         loop.history["validation_loss"].append(loss)
         if loss < loop.best_loss:

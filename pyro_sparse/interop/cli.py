@@ -67,18 +67,20 @@ def _read_npz(source):
 
 def _read_table(source):
     """
-    A numeric .csv/.tsv/.txt table (commas, tabs, or for .txt any whitespace,
-    as numpy.savetxt writes), with an optional header row of names (a
-    first row that is not all numbers).  A header whose first name is empty
+    A numeric .csv/.tsv/.txt table (commas, tabs; a .txt whose first line
+    has no comma splits on whitespace, as numpy.savetxt writes), with an
+    optional header row of names (a first row that is not all numbers).  A header whose first name is empty
     (pandas' ``to_csv`` with its index) marks a first column of row labels,
     left out.  A first row 0, 1, ..., G - 1 is data, with a warning: it may be
     the header pandas writes for an unnamed frame.  A byte-order mark (Excel's
     "CSV UTF-8") is not part of the first name.
     """
-    delimiter = {".tsv": "\t", ".txt": None}.get(os.path.splitext(source)[1].lower(), ",")
     try:
         with open(source, encoding="utf-8-sig") as stream:
-            header = [name.strip().strip('"').strip("'") for name in stream.readline().strip().split(delimiter)]
+            first = stream.readline().strip()
+        extension = os.path.splitext(source)[1].lower()
+        delimiter = "\t" if extension == ".tsv" else None if extension == ".txt" and "," not in first else ","
+        header = [name.strip().strip('"').strip("'") for name in first.split(delimiter)]
     except UnicodeDecodeError as error:
         raise DataError(f"{source!r} is not UTF-8 text ({error.reason} at byte {error.start}); is it a table?") from None
     trailing = False
@@ -302,8 +304,11 @@ def _train(args):
     summary = _write_summary(args, fitted, lines)
     written = ["model.pt", "summary.json"]
     try:
+        import matplotlib.pyplot as plt
+
         for name, figure in _figures(fitted, X, names, image_shape).items():
             figure.savefig(os.path.join(args.out, name), dpi=120)
+            plt.close(figure)  # written: an in-process caller (tests, a notebook) is not left holding it
             written.append(name)
     except ImportError as error:
         lines.append(f"(no figures: {error})")
@@ -342,7 +347,7 @@ def build_parser():
     fit.add_argument(
         "--data", default="synthetic",
         help=f"'synthetic' (Moran et al. Eq. 9), a real data set ({', '.join(REAL_DATA)}; "
-        "see pyro_sparse.data.real) or a .csv/.tsv/.txt (whitespace-separated)/.npy/.npz/.h5ad file",
+        "see pyro_sparse.data.real) or a .csv/.tsv/.txt/.npy/.npz/.h5ad file",
     )
     fit.add_argument(
         "--likelihood", default=None, choices=list(LIKELIHOODS),

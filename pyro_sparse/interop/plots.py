@@ -10,23 +10,21 @@ from pyro_sparse.fitted import evaluation_data, feature_labels
 from pyro_sparse.infer.importance import expected_observation
 
 
-def _subplots(*args, figsize, **kwargs):
-    """
-    ``(figure, axes)`` of a new Figure, not registered with pyplot: it is
-    the caller's, freed with its last reference (no figure left open per
-    call), shown by Jupyter and written with ``figure.savefig``.
-    """
+def _pyplot():
     try:
-        from matplotlib.figure import Figure
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("plots need matplotlib: pip install 'pyro-sparse[plot]'") from None
-    figure = Figure(figsize=figsize)
-    return figure, figure.subplots(*args, **kwargs)
+    return plt
 
 
 def loss_curve(history):
     """Per-epoch training (and validation) loss per data point."""
-    figure, axis = _subplots(figsize=(5, 3.2))
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(5, 3.2))
     axis.plot(range(1, len(history["train_loss"]) + 1), history["train_loss"], label="train (-ELBO / N)")
     if history.get("validation_loss"):
         axis.plot(range(1, len(history["validation_loss"]) + 1), history["validation_loss"], label="validation")
@@ -61,10 +59,11 @@ def mask_heatmap(W, feature_names=None, order_by_factor=True):
     ``order_by_factor`` the rows are grouped by the factor each feature loads
     on most (a sparse W shows as blocks down the diagonal); labels follow the rows.
     """
+    plt = _pyplot()
     W = np.abs(_mask(W))
     names = feature_labels(feature_names, W.shape[0])
     order = _factor_order(W) if order_by_factor else np.arange(W.shape[0])
-    figure, axis = _subplots(figsize=(1.2 + 0.5 * W.shape[1], 1.2 + 0.3 * min(W.shape[0], 60)))
+    figure, axis = plt.subplots(figsize=(1.2 + 0.5 * W.shape[1], 1.2 + 0.3 * min(W.shape[0], 60)))
     image = axis.imshow(np.ma.masked_equal(W[order], 0), aspect="auto", cmap="viridis", interpolation="nearest")
     axis.set_xlabel("factor k")
     axis.set_ylabel("feature j")
@@ -81,6 +80,7 @@ def top_features(W, k=10, feature_names=None):
     One bar chart per factor that any feature uses: W_jk of its ``k``
     features with the largest non-zero ``|W_jk|``, largest on top.
     """
+    plt = _pyplot()
     if not is_count(k):
         raise ValueError(f"k must be a positive integer, got {k!r}")
     W = _mask(W)
@@ -91,7 +91,7 @@ def top_features(W, k=10, feature_names=None):
     num_columns = min(factors.size, 4)
     num_rows = math.ceil(factors.size / num_columns)
     bar_rows = min(k, W.shape[0])
-    figure, axes = _subplots(
+    figure, axes = plt.subplots(
         num_rows, num_columns, figsize=(3.4 * num_columns, (0.9 + 0.25 * bar_rows) * num_rows), squeeze=False
     )
     for axis, factor in zip(axes.flat, factors):
@@ -117,6 +117,7 @@ def latent_traversal(fitted, x, image_shape, dims=None, values=(-3, -2, -1, 0, 1
     ``image_shape`` is (height, width) with height * width = G; ``dims``
     default to the first ten code dimensions.  All panels share one grey scale.
     """
+    plt = _pyplot()
     if not hasattr(fitted, "guide"):
         raise ValueError(f"latent traversals decode codes with a Pyro model; {fitted.config['model']!r} has none")
     image_shape = tuple(int(size) for size in image_shape)
@@ -143,7 +144,7 @@ def latent_traversal(fitted, x, image_shape, dims=None, values=(-3, -2, -1, 0, 1
         images.append(expected_observation(fitted.model, fitted.guide, repeated.x, codes, **repeated.kwargs)
                       .cpu().numpy())
     images = np.stack(images).reshape(len(dims), len(values), *image_shape)
-    figure, axes = _subplots(
+    figure, axes = plt.subplots(
         len(dims), len(values), figsize=(0.2 + 0.9 * len(values), 0.3 + 0.9 * len(dims)), squeeze=False
     )
     for row, d in enumerate(dims):
@@ -165,12 +166,13 @@ def sparsity_histograms(codes):
     fraction of their K codes that are non-zero, and per dimension k the
     fraction of data points whose z_k is non-zero.
     """
+    plt = _pyplot()
     codes = np.asarray(codes)
     if codes.ndim != 2:
         raise ValueError(f"codes must be a (data points x dimensions) matrix, got shape {codes.shape}")
     nonzero = codes != 0
     latent_dim = codes.shape[1]
-    figure, (per_point, per_dimension) = _subplots(1, 2, figsize=(9, 3.2))
+    figure, (per_point, per_dimension) = plt.subplots(1, 2, figsize=(9, 3.2))
     # One bin per possible count of non-zero codes, centred on count / K.
     per_point.hist(nonzero.mean(1), bins=(np.arange(latent_dim + 2) - 0.5) / latent_dim)
     per_point.set_xlabel("fraction of codes non-zero")

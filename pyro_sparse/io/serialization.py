@@ -9,7 +9,9 @@ does not authenticate the author.
 import hashlib
 import json
 import os
+import re
 import socket
+import time
 import uuid
 from typing import NamedTuple
 
@@ -75,20 +77,38 @@ def _temporary_beside(path):
         raise type(error)(error.errno, f"cannot write {path!r}: {error.strerror}", error.filename) from None
 
 
+# A partial file older than this whose writer is gone is an orphan; a younger one may belong to a writer in
+# another process namespace (a container sharing the folder and host name), whose pid this one cannot see.
+ORPHAN_AGE_SECONDS = 3600.0
+
+
 def _remove_orphans(directory, prefix):
-    """Partial files of ``prefix`` (a target on this machine) whose writing process no longer runs."""
-    for name in os.listdir(directory):
-        pid = name[len(prefix):].split(".")[0] if name.startswith(prefix) and name.endswith(".partial") else ""
-        if not pid.isdigit() or int(pid) == os.getpid():
+    """
+    Partial files of ``prefix`` (a target on this machine) that this user
+    wrote, untouched for ``ORPHAN_AGE_SECONDS``, whose writing process no
+    longer runs.  Best effort: a file that cannot be removed is left.
+    """
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.[0-9a-f]{32}\.partial")
+    try:
+        names = os.listdir(directory)
+    except OSError:  # a folder one may write but not list
+        return
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match is None or int(match.group(1)) == os.getpid():
             continue
+        path = os.path.join(directory, name)
         try:
-            os.kill(int(pid), 0)  # no signal: only whether the process exists
+            status = os.stat(path)
+            if status.st_uid != os.getuid() or time.time() - status.st_mtime < ORPHAN_AGE_SECONDS:
+                continue
+            os.kill(int(match.group(1)), 0)  # no signal: only whether the process exists
         except ProcessLookupError:
             try:
-                os.unlink(os.path.join(directory, name))
-            except FileNotFoundError:  # another writer removed it first
+                os.unlink(path)
+            except OSError:
                 pass
-        except PermissionError:  # it runs, as another user
+        except OSError:  # gone already, or the process runs as another user
             pass
 
 

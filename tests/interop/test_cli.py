@@ -41,8 +41,8 @@ def test_every_registered_model_trains_from_the_command_line(tmp_path, model):
     assert pyro_sparse.load(out / "model.pt").transform(X).shape == (60, 3)
 
 
-@pytest.mark.parametrize("kind", ["csv", "csv-header", "csv-bom", "csv-trailing", "txt", "npy", "npz-sparse",
-                                  "npz-dense"])
+@pytest.mark.parametrize("kind", ["csv", "csv-header", "csv-bom", "csv-trailing", "txt", "txt-commas", "npy",
+                                  "npz-sparse", "npz-dense"])
 def test_reads_user_files(tmp_path, kind):
     X = np.random.default_rng(0).normal(size=(60, 4))
     path = tmp_path / f"data.{kind.split('-')[0]}"
@@ -56,6 +56,8 @@ def test_reads_user_files(tmp_path, kind):
         path.write_text("\n".join(",".join(map(repr, row)) + "," for row in X.tolist()) + "\n")
     elif kind == "txt":  # numpy.savetxt's default: spaces
         np.savetxt(path, X)
+    elif kind == "txt-commas":
+        np.savetxt(path, X, delimiter=",")
     elif kind == "npy":
         np.save(path, X)
     elif kind == "npz-sparse":
