@@ -1,7 +1,5 @@
 """A trained model and guide with numpy accessors: what ``train`` and ``load`` return."""
 
-import math
-
 import numpy as np
 import torch
 from pyro import poutine

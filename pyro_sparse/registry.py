@@ -37,7 +37,8 @@ MODELS = {
     "vsc": SVIModel(VSC, "variational sparse coding: spike-and-slab codes (Tonolini et al. 2019/2020)",
                     latent_prior="spike_slab", prior_defaults=UNIT_SCALE_THRESHOLDED),
     # A linear dictionary learns ~50x faster than the encoder (Fallah & Rozell, Appendix D: 0.5 vs 1e-2 with
-    # SGD; here Adam, 0.1 vs 1e-3); at train's lr = 0.01 the encoder diverges (benchmarks/results/sparse_coding_patches.md).
+    # SGD; here Adam, 0.1 vs 1e-3); at train's lr = 0.01 the encoder diverges
+    # (benchmarks/results/sparse_coding_patches.md).
     "tvsc": SVIModel(TVSC, "thresholded variational sparse coding: soft-thresholded Laplace/Gaussian codes "
                      "(Fallah & Rozell 2022)", latent_prior="thresholded_laplace",
                      training_defaults={"lr": 1e-3, "optimization": Optimization(global_lr=0.1, lr_decay=0.99),

@@ -540,6 +540,7 @@ class SVIModel:
 
     def _run(self, config, model, guide, elbo, train_data, validation_data, settings, device, generator):
         policy = settings.checkpointing
+        run_config = config
         if policy.path is not None or policy.resume_from is not None:
             # A checkpoint records the data's fingerprint, so that a resume on other data is refused.
             hasher = hashlib.sha256()

@@ -3,7 +3,6 @@
 import os
 import pickle
 import socket
-import subprocess
 import time
 
 import numpy as np
@@ -314,18 +313,24 @@ def test_save_is_atomic(fitted, tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="orphans are found by process id on POSIX systems")
-def test_a_writer_killed_before_its_rename_leaves_no_partial_file_behind(fitted, tmp_path):
+def test_a_writer_killed_before_its_rename_leaves_no_partial_file_behind(fitted, tmp_path, monkeypatch):
     # The next write of the same file removes a partial file of this user's, untouched for an hour, whose process
-    # no longer runs; it keeps one of a running process (the parent), a recent one (its writer may run in another
-    # process namespace), one of another file, and one whose name only starts like its own.
-    dead = subprocess.Popen(["true"])
-    dead.wait()
+    # no longer runs; it keeps one of a running process, a recent one (its writer may run in another process
+    # namespace), one of another file, and one whose name only starts like its own.  Which process ids run is
+    # decided here, not by the machine (a real dead pid may be reused).
+    dead, running = 4_000_001, 4_000_002
+
+    def kill(pid, signal):
+        if pid != running:
+            raise ProcessLookupError(pid)
+
+    monkeypatch.setattr("pyro_sparse.io.serialization.os.kill", kill)
     host, hex32 = socket.gethostname(), "0" * 32
-    orphan = tmp_path / f".model.pt.{host}.{dead.pid}.{hex32}.partial"
-    kept = [tmp_path / f".model.pt.{host}.{os.getppid()}.{hex32}.partial",
-            tmp_path / f".other.pt.{host}.{dead.pid}.{hex32}.partial",
-            tmp_path / f".model.pt.{host}.{dead.pid}.{host}.{dead.pid}.{hex32}.partial"]
-    recent = tmp_path / f".model.pt.{host}.{dead.pid}.{'1' * 32}.partial"
+    orphan = tmp_path / f".model.pt.{host}.{dead}.{hex32}.partial"
+    kept = [tmp_path / f".model.pt.{host}.{running}.{hex32}.partial",
+            tmp_path / f".other.pt.{host}.{dead}.{hex32}.partial",
+            tmp_path / f".model.pt.{host}.{dead}.{host}.{dead}.{hex32}.partial"]
+    recent = tmp_path / f".model.pt.{host}.{dead}.{'1' * 32}.partial"
     for partial in (orphan, *kept, recent):
         partial.write_bytes(b"half a model")
         if partial != recent:

@@ -14,7 +14,6 @@ import torch
 
 from pyro_sparse.data.validation import DataError
 
-
 # A continuous covariate enters the networks linearly (and the count decoders' rates through exp), so a value
 # far outside its training spread, e.g. an age in days where training had years, gives absurd or infinite
 # outputs.  Training values lie within √(N - 1) sds of their mean (Samuelson's inequality), below 1e3 for

@@ -14,7 +14,6 @@ import torch
 from pyro_sparse.data.backed import BackedMatrix
 from pyro_sparse.data.validation import DataError, as_matrix, check_values, feature_names_of
 
-
 # Rows of an in-memory sparse matrix hashed at a time (add_to_hash): a block's copy, not the matrix's.
 HASH_ROWS = 65536
 

@@ -29,7 +29,6 @@ from pyro_sparse.priors import LATENT_PRIORS, MASK_PRIORS
 from pyro_sparse.registry import MODELS, training_defaults
 from pyro_sparse.svi import SVIModel
 
-
 # What a damaged or truncated numpy file raises as it is read.
 _UNREADABLE = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error)
 
@@ -69,9 +68,9 @@ def _read_table(source):
     """
     A numeric .csv/.tsv/.txt table (commas, tabs; a .txt whose first line
     has no comma splits on whitespace, as numpy.savetxt writes), with an
-    optional header row of names (a first row that is not all numbers).  A header whose first name is empty
-    (pandas' ``to_csv`` with its index) marks a first column of row labels,
-    left out.  A first row 0, 1, ..., G - 1 is data, with a warning: it may be
+    optional header row of names (a first row that is not all numbers).  A
+    header whose first name is empty (pandas' ``to_csv`` with its index)
+    marks a first column of row labels, left out.  A first row 0, 1, ..., G - 1 is data, with a warning: it may be
     the header pandas writes for an unnamed frame.  A byte-order mark (Excel's
     "CSV UTF-8") is not part of the first name.
     """
@@ -82,7 +81,8 @@ def _read_table(source):
         delimiter = "\t" if extension == ".tsv" else None if extension == ".txt" and "," not in first else ","
         header = [name.strip().strip('"').strip("'") for name in first.split(delimiter)]
     except UnicodeDecodeError as error:
-        raise DataError(f"{source!r} is not UTF-8 text ({error.reason} at byte {error.start}); is it a table?") from None
+        raise DataError(f"{source!r} is not UTF-8 text ({error.reason} at byte {error.start}); "
+                        "is it a table?") from None
     trailing = False
     while len(header) > 1 and header[-1] == "":  # a trailing delimiter: its empty column is left out too
         header.pop()
@@ -143,7 +143,8 @@ def read_data(source, n=1000, rho=0.6, seed=0):
     reader = READERS.get(os.path.splitext(source)[1].lower())
     if reader is None:
         raise DataError(
-            f"--data {source!r}: use 'synthetic', {', '.join(REAL_DATA)} or a .csv, .tsv, .txt, .npy, .npz or .h5ad file"
+            f"--data {source!r}: use 'synthetic', {', '.join(REAL_DATA)} or a .csv, .tsv, .txt, .npy, .npz or "
+            ".h5ad file"
         )
     X, names = reader(source)
     if isinstance(X, np.ndarray) and (X.ndim != 2 or X.dtype.names):

@@ -74,7 +74,6 @@ from pyro_sparse import registry
 from pyro_sparse.api import train
 from pyro_sparse.evaluation.stability import factor_stability
 
-
 # train()'s own arguments that the estimator sets from fit's arguments.
 _SET_BY_FIT = ("model", "data", "seed")
 # train()'s own arguments (not the model's hyperparameters).

@@ -170,7 +170,8 @@ def training_dataset(data, likelihood, layer=None, batch_key=None):
                                  registration["continuous_covariate_keys"] or ())
     dataset = Dataset.from_data(
         _matrix(data, registration["layer"]), likelihood, [str(name) for name in data.var_names],
-        layer=registration["layer"], name=location(registration["layer"]), covariates=None if spec is None else spec.encode(data.obs), spec=spec,
+        layer=registration["layer"], name=location(registration["layer"]),
+        covariates=None if spec is None else spec.encode(data.obs), spec=spec,
         library=_library(data, registration["size_factor_key"]),
     )
     dataset.registration = registration

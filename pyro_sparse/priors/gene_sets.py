@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import torch
 
+from pyro_sparse.checks import is_count
 from pyro_sparse.distributions import SpikeSlabLasso
 from pyro_sparse.priors.ssl import SpikeSlabLassoPrior
 
@@ -204,8 +205,7 @@ class GeneSetPrior(SpikeSlabLassoPrior):
                 raise ValueError(f"latent_dim={latent_dim} is fewer than the {num_sets} gene sets: pass latent_dim="
                                  f"{num_sets} or more (a factor per set, then free factors)")
             num_free_factors = latent_dim - num_sets
-        if isinstance(num_free_factors, bool) or not isinstance(num_free_factors, (int, np.integer)) \
-                or num_free_factors < 0:
+        if not is_count(num_free_factors, minimum=0):
             raise ValueError(f"num_free_factors must be a non-negative integer, got {num_free_factors!r}")
         if num_sets + num_free_factors != latent_dim:
             raise ValueError(f"latent_dim={latent_dim}, but {num_sets} gene sets + {num_free_factors} free factors "

@@ -200,7 +200,8 @@ class SpikeSlabPrior(LatentPrior):
         if not (isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) and 0 < alpha < 1):
             # α = 1 is the Gaussian limit, but then the spike term (1-γ)log((1-γ)/(1-α))
             # of the KL is infinite for any posterior with γ < 1: use latent_prior="normal".
-            raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}; for alpha = 1 use latent_prior='normal'")
+            raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}; "
+                             "for alpha = 1 use latent_prior='normal'")
         self.alpha = float(alpha)
         self.slab_scale = positive_number("slab_scale", slab_scale)
 

@@ -30,7 +30,6 @@ from torch.distributions import Distribution
 from pyro_sparse.distributions.util import on_device
 
 
-
 def largest_shrink(max_shift, size=1):
     """
     The most a proximal step may shrink a block of ``size`` coordinates (its
@@ -50,6 +49,7 @@ def gradient_averaging_weight(value):
     if isinstance(value, bool) or not 0 < value <= 1:
         raise ValueError(f"gradient_averaging is a running average's weight in (0, 1], got {value!r}")
     return float(value)
+
 
 class SitePrior(nn.Module):
     """A prior with the fitting hooks described above; each does nothing unless overridden."""

@@ -116,7 +116,8 @@ def test_bad_registrations_and_new_categories_are_named(adata):
 def test_counts_must_be_counts(adata, likelihood):
     counts = adata.layers["counts"]
     rows = np.flatnonzero((counts == 0).any(1))
-    with pytest.raises(DataError, match=f"negative values in {len(rows)} rows \\(e.g. row {rows[0]}\\); the {likelihood} "):
+    message = f"negative values in {len(rows)} rows \\(e.g. row {rows[0]}\\); the {likelihood} "
+    with pytest.raises(DataError, match=message):
         pyro_sparse.train("vae", counts - 1, likelihood=likelihood, **QUICK)
     with pytest.raises(DataError, match="non-integer values in 200 rows"):
         pyro_sparse.train("vae", counts + 0.5, likelihood=likelihood, **QUICK)
