@@ -18,6 +18,7 @@ Only the Monte-Carlo draws of the local codes differ from a single process:
 each rank draws for its own rows from its own random stream.
 """
 
+import contextlib
 import inspect
 import math
 import os
@@ -27,6 +28,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from pyro_sparse.infer.loop import ELBOLoss
+from pyro_sparse.nn.networks import rows_uncounted
 
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -98,6 +100,7 @@ class DataParallel:
                 dist.broadcast(buffer, src=0)
         # Distinct local-code draws on each rank (the minibatch generator stays shared).
         torch.manual_seed(torch.initial_seed() + self.rank)
+        self._placeholder = False
 
     def batches(self, data, batch_size, generator, device):
         """
@@ -113,11 +116,12 @@ class DataParallel:
             batch = order[start : start + batch_size]
             share = torch.tensor_split(batch, self.world_size)[self.rank]
             weight = self.world_size * len(share) / len(batch)
-            if len(share) == 0:
-                # A last batch smaller than world_size: this rank must still join the
-                # gradient all-reduce, so it computes a loss on one row and weighs it 0.
-                share = batch[:1]
-            yield data.rows(share.numpy(), device), weight
+            # A last batch smaller than world_size: a rank with no rows must still join the
+            # all-reduces, so it computes a loss on a placeholder row, weighs it 0 and keeps
+            # it out of the batch-norm statistics.
+            self._placeholder = len(share) == 0
+            yield data.rows((batch[:1] if self._placeholder else share).numpy(), device), weight
+            self._placeholder = False
 
     def loss(self, x, num_data, **kwargs):
         """
@@ -126,7 +130,8 @@ class DataParallel:
         the same step instead of waiting for each other in the all-reduce.
         """
         try:
-            loss = self.module(x, num_data, **kwargs)
+            with rows_uncounted() if self._placeholder else contextlib.nullcontext():
+                loss = self.module(x, num_data, **kwargs)
         except ValueError:
             self._all_finite(torch.tensor(math.nan))
             raise

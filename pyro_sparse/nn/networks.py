@@ -2,6 +2,7 @@
 
 
 import contextlib
+import contextvars
 
 import torch
 import torch.distributed as dist
@@ -73,6 +74,24 @@ def with_covariates(z, covariates):
     return torch.cat([z, covariates.expand(*z.shape[:-1], covariates.shape[-1])], dim=-1)
 
 
+_ROWS_UNCOUNTED = contextvars.ContextVar("rows_uncounted", default=False)
+
+
+@contextlib.contextmanager
+def rows_uncounted():
+    """
+    Rows passed through :class:`RowBatchNorm` inside this context add nothing
+    to the batch statistics: a distributed rank whose slice of a short last
+    batch is empty computes its loss on a placeholder row (weighted 0) that
+    must not move the global mean, variance or running statistics.
+    """
+    token = _ROWS_UNCOUNTED.set(True)
+    try:
+        yield
+    finally:
+        _ROWS_UNCOUNTED.reset(token)
+
+
 class RowBatchNorm(nn.BatchNorm1d):
     """
     Batch normalisation of a (..., C) input whose leading dims are all rows
@@ -82,14 +101,16 @@ class RowBatchNorm(nn.BatchNorm1d):
     same running statistics and the gradient is the one-process gradient
     (two all-reduces: the mean, then the centred squares).  A
     training batch of one row is normalised with the running statistics: its
-    own variance is undefined.
+    own variance is undefined.  Rows under :func:`rows_uncounted` count for
+    nothing.
     """
 
     def forward(self, x):
         rows = x.reshape(-1, x.shape[-1])
         if not self.training:
             return super().forward(rows).reshape(x.shape)
-        stats = torch.cat([rows.sum(0), rows.new_full((1,), rows.shape[0])])
+        counted = 0.0 if _ROWS_UNCOUNTED.get() else 1.0
+        stats = torch.cat([rows.sum(0), rows.new_full((1,), rows.shape[0])]) * counted
         if dist.is_available() and dist.is_initialized():
             stats = dist_nn.all_reduce(stats)
         count = stats[-1].detach()
@@ -98,7 +119,7 @@ class RowBatchNorm(nn.BatchNorm1d):
             return out.reshape(x.shape)
         mean = stats[:-1] / count
         # Two passes: E[x²] - E[x]² cancels in float32 when the mean is large against the spread.
-        squares = (rows - mean).square().sum(0)
+        squares = (rows - mean).square().sum(0) * counted
         if dist.is_available() and dist.is_initialized():
             squares = dist_nn.all_reduce(squares)
         variance = squares / count

@@ -29,7 +29,9 @@ WORKER = textwrap.dedent(
     torch.set_num_threads(1)
     out, noise = sys.argv[1], sys.argv[2]
     rank = os.environ["RANK"]
-    if noise == "zero":
+    # "zero_bn": a batch-norm encoder on 199 points, the last global batch one row (rank 1's slice empty).
+    n, options = (199, dict(batch_norm=True)) if noise == "zero_bn" else (200, {})
+    if noise.startswith("zero"):
         torch.distributions.normal._standard_normal = lambda shape, dtype, device: torch.zeros(
             shape, dtype=dtype, device=device
         )
@@ -47,12 +49,12 @@ WORKER = textwrap.dedent(
             return loss + 1e7 if rank == "1" and noise == "spike" and calls[0] == 12 else loss
 
         distributed.ELBOLoss.forward = failing_on_rank1
-    X = synthetic_sparse_dgm(n=200, rho=0.3, seed=0).X
+    X = synthetic_sparse_dgm(n=200, rho=0.3, seed=0).X[:n]
     fitted = pyro_sparse.train(
         "ssl_dgm", X, hardware=Hardware(strategy="ddp"), device="cpu", seed=0,
         checkpointing=Checkpointing(path=os.path.join(out, f"checkpoint-rank{rank}.pt"), on_divergence="rollback",
                                     spike_factor=10 if noise == "spike" else None),
-        **TINY,
+        **TINY, **options,
     )
     torch.save(
         {
@@ -119,22 +121,26 @@ def test_only_rank0_writes_checkpoints(tmp, ranks):
     assert not (tmp / "sampled" / "checkpoint-rank1.pt").exists()
 
 
-def test_matches_single_process(tmp, monkeypatch):
+@pytest.mark.parametrize("case", ["zero", "zero_bn"])
+def test_matches_single_process(tmp, monkeypatch, case):
     # With every code draw at the posterior mean (standard normal noise 0) the
     # -ELBO is deterministic, so 2 ranks on 17 and 16 rows must take the steps one
     # process takes on the 33-row global batch: the same data, gradients equal up
     # to float32 summation order (measured: at most 2e-6 apart after 14 Adam steps
     # and E-steps; 4e-6 with a last batch of 1 row, where rank 1 weighs its loss 0).
     # It fails when the loss weights are doubled (W moves by 0.05), left at 1 on
-    # the uneven slices, or when the ranks draw different permutations.
-    rank0, _ = torchrun(tmp / "zero", "zero")
+    # the uneven slices, or when the ranks draw different permutations; with a
+    # batch-norm encoder ("zero_bn") when rank 1's placeholder row for its empty
+    # slice of the last batch enters the batch statistics (W moved by 0.02).
+    rank0, _ = torchrun(tmp / case, case)
     monkeypatch.setattr(
         torch.distributions.normal, "_standard_normal",
         lambda shape, dtype, device: torch.zeros(shape, dtype=dtype, device=device),
     )
     torch.set_num_threads(1)
-    X = synthetic_sparse_dgm(n=200, rho=0.3, seed=0).X
-    single = pyro_sparse.train("ssl_dgm", X, device="cpu", seed=0, **TINY)
+    n, options = (199, dict(batch_norm=True)) if case == "zero_bn" else (200, {})
+    X = synthetic_sparse_dgm(n=200, rho=0.3, seed=0).X[:n]
+    single = pyro_sparse.train("ssl_dgm", X, device="cpu", seed=0, **TINY, **options)
     expected = {**single.model.state_dict(), **single.guide.state_dict()}
     for key, value in expected.items():
         torch.testing.assert_close(rank0["state"][key], value, rtol=1e-4, atol=1e-4, msg=key)
