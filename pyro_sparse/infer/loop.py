@@ -219,6 +219,9 @@ class Trainer:
         for prior, param in self.hooked:
             prior.update(param)
         self.loop = checkpoints.LoopState() if resume is None else checkpoints.restore(resume, *self._live)
+        if resume is not None and self.strategy.rank > 0:
+            # A checkpoint holds rank 0's random streams: each other rank derives its own from them.
+            torch.manual_seed(int(torch.randint(2**62, ())) + self.strategy.rank)
         self.last_good = checkpoints.capture(self.loop, *self._live)  # restored after a divergence
         self.batch_size = min(settings.batch_size, train_data.num_data)
         self.steps_per_epoch = math.ceil(train_data.num_data / self.batch_size)

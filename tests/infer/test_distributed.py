@@ -19,7 +19,7 @@ TINY = dict(latent_dim=3, batch_size=33, hidden_dims=(8,), schedule=Schedule(kl_
 
 WORKER = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, time
     import torch
     import pyro_sparse
     from pyro_sparse import Checkpointing, Hardware, Schedule
@@ -50,6 +50,24 @@ WORKER = textwrap.dedent(
 
         distributed.ELBOLoss.forward = failing_on_rank1
     X = synthetic_sparse_dgm(n=200, rho=0.3, seed=0).X[:n]
+    if noise == "resume":
+        # One epoch, then a resume to two: each rank's random state at its first loss after the resume.
+        path, states = os.path.join(out, "resumed.pt"), []
+        pyro_sparse.train("ssl_dgm", X, hardware=Hardware(strategy="ddp"), device="cpu", seed=0,
+                          checkpointing=Checkpointing(path=path), **{**TINY, "max_epochs": 1})
+        while not os.path.exists(path):  # rank 1 may finish before rank 0 has written the checkpoint
+            time.sleep(0.01)
+        forward = distributed.ELBOLoss.forward
+
+        def recording(self, x, num_data):
+            states.append(torch.get_rng_state())
+            return forward(self, x, num_data)
+
+        distributed.ELBOLoss.forward = recording
+        pyro_sparse.train("ssl_dgm", X, hardware=Hardware(strategy="ddp"), device="cpu", seed=0,
+                          checkpointing=Checkpointing(path=path, resume_from=path), **TINY)
+        torch.save(states[0], os.path.join(out, f"rank{rank}.pt"))
+        sys.exit()
     fitted = pyro_sparse.train(
         "ssl_dgm", X, hardware=Hardware(strategy="ddp"), device="cpu", seed=0,
         checkpointing=Checkpointing(path=os.path.join(out, f"checkpoint-rank{rank}.pt"), on_divergence="rollback",
@@ -114,6 +132,13 @@ def test_a_spike_on_one_rank_rolls_back_all_ranks(tmp):
         assert event["step"] == 11 and event["reason"].startswith("loss spike")
     assert rank0["history"] == rank1["history"]
     assert all(torch.equal(rank0["state"][key], rank1["state"][key]) for key in rank0["state"])
+
+
+def test_ranks_draw_their_own_codes_after_a_resume(tmp):
+    # The checkpoint holds rank 0's random streams; restored alone, every rank
+    # would draw the same code noise from then on.
+    rank0, rank1 = torchrun(tmp / "resume", "resume")
+    assert not torch.equal(rank0, rank1)
 
 
 def test_only_rank0_writes_checkpoints(tmp, ranks):
