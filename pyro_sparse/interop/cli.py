@@ -393,7 +393,8 @@ def build_parser():
     fit.add_argument("--on-divergence", default=None, choices=("raise", "rollback"),
                      help="on a NaN or spiking loss: stop (saving the last good epoch's model), or roll back to it "
                           "with halved learning rates and go on (default: the model's; tvsc rolls back)")
-    fit.add_argument("--n", type=int, default=1000, help="data points for --data synthetic")
+    # Not "--n" alone: torchrun reads an abbreviation of its own options (--nnodes, ...) in the script's arguments.
+    fit.add_argument("--num-points", "--n", dest="n", type=int, default=1000, help="data points for --data synthetic")
     fit.add_argument("--rho", type=float, default=0.6, help="factor correlation for --data synthetic")
     fit.add_argument("--out", default="pyro-sparse-output")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")

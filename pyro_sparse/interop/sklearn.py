@@ -73,6 +73,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from pyro_sparse import registry
 from pyro_sparse.api import train
 from pyro_sparse.evaluation.stability import factor_stability
+from pyro_sparse.io.anndata import is_anndata
 
 # train()'s own arguments that the estimator sets from fit's arguments.
 _SET_BY_FIT = ("model", "data", "seed")
@@ -153,6 +154,11 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         return tags
 
     def _validate(self, X, reset):
+        if is_anndata(X):
+            raise TypeError(
+                "the estimators take arrays, sparse matrices or DataFrames, not an AnnData; pass adata.X "
+                "(or a layer), or use pyro_sparse.train(model, adata, ...) for layers, covariates and backed files"
+            )
         # At least two points: the Gaussian noise prior is calibrated from feature variances.
         return validate_data(
             self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_min_samples=2 if reset else 1

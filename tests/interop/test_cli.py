@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pyro_sparse.interop.cli import main, read_data
+from pyro_sparse.interop.cli import build_parser, main, read_data
 
 QUICK = ["--epochs", "2", "--latent-dim", "3", "--hidden-dims", "8,8", "--quiet"]
 
@@ -224,3 +224,15 @@ def test_a_diverged_run_keeps_its_last_good_model(tmp_path, capsys, monkeypatch)
     from pyro_sparse.interop.cli import _checkpointing, build_parser
 
     assert _checkpointing(build_parser().parse_args([*args, "--on-divergence", "rollback"])).on_divergence == "rollback"
+
+
+def test_every_train_option_passes_through_torchrun():
+    # torchrun's parser takes an abbreviation of its own options (--n for --nnodes,
+    # ...) out of the script's arguments; the docs launch `-m pyro_sparse train` under it.
+    from torch.distributed.run import get_args_parser
+
+    fit = build_parser()._subparsers._group_actions[0].choices["train"]
+    options = [action.option_strings[0] for action in fit._actions if action.option_strings[0] != "-h"]
+    for option in options:
+        launched = ["--standalone", "--nproc-per-node=2", "-m", "pyro_sparse", "train", option, "1"]
+        assert get_args_parser().parse_args(launched).training_script_args == ["train", option, "1"], option

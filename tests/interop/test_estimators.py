@@ -224,6 +224,11 @@ def test_bad_input_names_the_problem(data):
         estimator.transform(data.X[:, :3])
     with pytest.raises(ValueError, match="non-integer values"):
         quick(VAE, likelihood="multinomial").fit(np.abs(data.X))
+    anndata = pytest.importorskip("anndata")
+    with pytest.raises(TypeError, match="not an AnnData; pass adata.X"):
+        quick(VAE).fit(anndata.AnnData(X=data.X.astype(np.float32)))
+    with pytest.raises(TypeError, match="not an AnnData"):
+        estimator.transform(anndata.AnnData(X=data.X.astype(np.float32)))
 
 
 def test_a_failed_refit_leaves_no_fit_behind(data):
