@@ -6,6 +6,7 @@ from typing import NamedTuple
 import pyro.util
 import torch
 from pyro import poutine
+from pyro.distributions import ExpandedDistribution
 from pyro.distributions.util import scale_and_mask
 from pyro.infer import TraceMeanField_ELBO
 from pyro.infer.util import check_fully_reparametrized, torch_item
@@ -328,7 +329,7 @@ class KLTerm(NamedTuple):
 
 
 def _distribution_name(fn):
-    while isinstance(fn, torch.distributions.Independent):
+    while isinstance(fn, (torch.distributions.Independent, ExpandedDistribution)):
         fn = fn.base_dist
     return type(fn).__name__
 

@@ -189,8 +189,9 @@ class SpikeSlabPrior(LatentPrior):
     r"""
     z_k ~ α N(0, s²) + (1 - α) δ_0 (Tonolini et al., ICLR version Eq. 4, where
     s = 1): α is the prior probability that a code dimension is non-zero.
-    ``slab_scale`` s = 0.1 is Fallah & Rozell's (2022, Appendix D) prior scale
-    for their spike-and-slab baseline on patches.
+    ``slab_scale`` s = √0.1 is Fallah & Rozell's (2022, Appendix D) prior
+    "scale" 0.1 for their spike-and-slab baseline on patches, which their code
+    uses as the slab's variance (as for their Gaussian priors).
     """
 
     guide_family = "spike_slab"
@@ -494,7 +495,7 @@ class DistributionPrior(LatentPrior):
         built = self._build()
         # The registry pairs a guide with the user's distribution by this type.
         self.distribution_type = type(built)
-        self.prototype = self._as_code_distribution(built)
+        self._as_code_distribution(built)  # shape and support checked now, not at the first step
         # Where the model lives (Module.to() moves this empty buffer): distribution() moves the user's tensors there.
         self.register_buffer("device_marker", torch.empty(0), persistent=False)
 
@@ -521,8 +522,9 @@ class DistributionPrior(LatentPrior):
     def distribution(self, x):
         device = self.device_marker.device
         if self.factory is None:
-            self.prototype = on_device(self.prototype, device)
-            return self.prototype
+            self.instance = on_device(self.instance, device)
+        # A fresh wrapper per call: Pyro's plates expand it, and an ExpandedDistribution (a prior
+        # without its own expand) expands in place.
         return self._as_code_distribution(on_device(self._build(), device))
 
 

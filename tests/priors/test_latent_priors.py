@@ -73,6 +73,27 @@ def _kl_normal_centered(q, p):
     return 0.5 * (ratio + (q.loc / p.scale) ** 2 - 1 - ratio.log())
 
 
+class CenteredNormalNoExpand(TorchDistribution):
+    """A user's prior without an ``expand`` of its own: Pyro broadcasts it as an ExpandedDistribution."""
+
+    arg_constraints = {"scale": constraints.positive}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, scale, validate_args=None):
+        (self.scale,) = broadcast_all(scale)
+        super().__init__(self.scale.shape, validate_args=validate_args)
+
+    def rsample(self, sample_shape=torch.Size()):
+        return self.scale * torch.randn(self._extended_shape(sample_shape))
+
+    def log_prob(self, value):
+        return -0.5 * (value / self.scale) ** 2 - self.scale.log() - 0.5 * math.log(2 * math.pi)
+
+
+register_kl(dist.Normal, CenteredNormalNoExpand)(_kl_normal_centered)
+
+
 # ------------------------------------------------------- named priors, guides
 @pytest.mark.parametrize(
     "model, prior, guide",
@@ -197,6 +218,15 @@ def test_a_user_prior_without_a_kl_trains_by_monte_carlo_and_says_so(data, caplo
     with caplog.at_level(logging.INFO, logger="pyro_sparse"):
         pyro_sparse.train("vae", data.X, latent_prior=CenteredNormalWithKL(1.0), **QUICK)
     assert "KL(Normal || CenteredNormalWithKL) in closed form" in caplog.text
+
+
+def test_a_user_prior_without_its_own_expand_trains_with_its_registered_kl(data, caplog):
+    # One broadcast object was reused across steps: Pyro's plates expanded it in place (batch 2 at the
+    # shape guess, then "cannot broadcast (2, 3) to (50, 3)"), and its KL was looked up for ExpandedDistribution.
+    with caplog.at_level(logging.INFO, logger="pyro_sparse"):
+        fitted = pyro_sparse.train("ssl_dgm", data.X, latent_prior=CenteredNormalNoExpand(0.7), **QUICK)
+    assert "KL(Normal || CenteredNormalNoExpand) in closed form" in caplog.text
+    assert np.isfinite(fitted.history_["train_loss"]).all()
 
 
 def test_a_registered_kl_gives_the_monte_carlo_elbo_in_expectation(data):
@@ -381,7 +411,9 @@ def test_a_users_distribution_follows_the_model_to_its_device(prior):
     built = module.distribution(torch.zeros(2, 4, device="meta"))
     assert built.event_shape == (4,) and {t.device.type for t in _tensors(built)} == {"meta"}
     if isinstance(prior, torch.distributions.Distribution):
-        assert module.distribution(None) is built  # an instance is moved once, not at every step
+        moved = module.instance
+        module.distribution(None)
+        assert module.instance is moved  # an instance is moved once, not at every step
         assert {t.device.type for t in _tensors(prior)} == {"cpu"}  # and the user's object is left as it was
 
 
