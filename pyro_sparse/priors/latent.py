@@ -42,6 +42,7 @@ from pyro_sparse.checks import is_count, positive_number
 from pyro_sparse.distributions import SelectedSpikeAndSlab, SpikeAndSlab
 from pyro_sparse.distributions.thresholded import code_distribution
 from pyro_sparse.distributions.util import on_device
+from pyro_sparse.priors.site import own_copy
 
 
 class LatentPrior(nn.Module):
@@ -471,9 +472,10 @@ class DistributionPrior(LatentPrior):
     :param prior: a ``TorchDistribution`` instance — scalar (expanded to K
         independent coordinates), with batch shape (K,), or with event shape
         (K,) — or a factory ``f(latent_dim)`` returning one.  A factory that
-        is an ``nn.Module`` is a submodule of this prior, so its parameters
-        (learnable hyperparameters) are fitted with the model and follow it
-        to the GPU.  The plain tensors a distribution holds (an instance's,
+        is an ``nn.Module`` is copied into this prior as a submodule, so its
+        parameters (learnable hyperparameters) are fitted with the model,
+        follow it to the GPU and are saved with it; the user's object is left
+        as it was.  The plain tensors a distribution holds (an instance's,
         or those a factory creates) are moved to the model's device when the
         prior is sampled, so a prior written for the CPU also trains on CUDA.
     :param int latent_dim: K.
@@ -489,7 +491,7 @@ class DistributionPrior(LatentPrior):
         if isinstance(prior, Distribution):
             self.instance, self.factory = prior, None
         elif callable(prior):
-            self.instance, self.factory = None, prior
+            self.instance, self.factory = None, own_copy(prior)
         else:
             raise TypeError(f"latent_prior must be a name, a Pyro distribution or a factory, got {prior!r}")
         built = self._build()

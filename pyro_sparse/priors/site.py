@@ -21,6 +21,7 @@ calls around each optimizer step on the point estimate of that site:
 Priors know nothing of the model they are used in.
 """
 
+import copy
 import math
 
 import torch
@@ -28,6 +29,16 @@ from torch import nn
 from torch.distributions import Distribution
 
 from pyro_sparse.distributions.util import on_device
+
+
+def own_copy(factory):
+    """
+    A prior factory that is an ``nn.Module`` is copied: each fit learns its own
+    parameters, from the values the user's object holds, and leaves that object
+    as it was (shared, a second fit would start where the first ended and move
+    the first fit's prior).
+    """
+    return copy.deepcopy(factory) if isinstance(factory, nn.Module) else factory
 
 
 def largest_shrink(max_shift, size=1):
@@ -73,8 +84,8 @@ class DistributionSitePrior(SitePrior):
 
     :param prior: a ``TorchDistribution`` whose shape broadcasts to ``shape``
         (a scalar distribution is applied to every entry), or a factory
-        ``f(shape)`` returning one; a factory that is an ``nn.Module`` has
-        its parameters fitted with the model's.  The distribution's plain
+        ``f(shape)`` returning one; a factory that is an ``nn.Module`` is
+        copied (:func:`own_copy`) and its parameters fitted with the model's.  The distribution's plain
         tensors are moved to the model's device when it is used.
     :param tuple shape: the site's shape.
     """
@@ -86,7 +97,7 @@ class DistributionSitePrior(SitePrior):
         if not (isinstance(prior, Distribution) or callable(prior)):
             raise TypeError(f"mask_prior must be a name, a Pyro distribution or a factory, got {prior!r}")
         self.shape = tuple(shape)
-        self.instance, self.factory = (prior, None) if isinstance(prior, Distribution) else (None, prior)
+        self.instance, self.factory = (prior, None) if isinstance(prior, Distribution) else (None, own_copy(prior))
         # Where the model lives (Module.to() moves this empty buffer): distribution() moves the user's tensors there.
         self.register_buffer("device_marker", torch.empty(0), persistent=False)
         self.distribution()  # fail at construction, not in the first step

@@ -267,8 +267,34 @@ def test_a_learnable_factory_prior_fits_its_parameters(data):
 
     factory = LearnedScale()
     fitted = pyro_sparse.train("vae", data.X, latent_prior=factory, **{**QUICK, "max_epochs": 5})
-    assert fitted.model.latent_prior.factory is factory
-    assert factory.log_scale.item() != 1.0  # the ELBO moved it
+    learned = fitted.model.latent_prior.factory.log_scale.item()
+    assert learned != 1.0  # the ELBO moved it
+    # Each fit learns its own copy: the user's object stays as it was, so a second fit starts
+    # from the same values (shared, it started where the first ended and moved the first's prior).
+    assert factory.log_scale.item() == 1.0
+    again = pyro_sparse.train("vae", data.X, latent_prior=factory, **{**QUICK, "max_epochs": 5})
+    assert again.model.latent_prior.factory.log_scale.item() == learned
+    assert fitted.model.latent_prior.factory.log_scale.item() == learned
+
+
+def test_a_learnable_mask_prior_is_each_fits_own_and_loads_its_learned_values(data, tmp_path):
+    class LearnedMaskScale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.log_scale = nn.Parameter(torch.tensor(0.0))
+
+        def forward(self, shape):
+            return dist.Laplace(torch.zeros(shape), self.log_scale.exp())
+
+    factory = LearnedMaskScale()
+    first = pyro_sparse.train("ssl_dgm", data.X, mask_prior=factory, **{**QUICK, "max_epochs": 5})
+    learned = first.model.site_priors["W"].factory.log_scale.item()
+    first.save(tmp_path / "first.pt")
+    pyro_sparse.train("ssl_dgm", data.X[:, ::-1].copy(), mask_prior=factory, **{**QUICK, "max_epochs": 5})
+    assert learned != 0.0 and factory.log_scale.item() == 0.0
+    assert first.model.site_priors["W"].factory.log_scale.item() == learned  # the second fit left it alone
+    loaded = pyro_sparse.load(tmp_path / "first.pt", mask_prior=factory)
+    assert loaded.model.site_priors["W"].factory.log_scale.item() == learned and factory.log_scale.item() == 0.0
 
 
 def test_user_priors_round_trip_through_a_file_only_when_passed_again(data, tmp_path):
