@@ -4,10 +4,11 @@ A registered Pyro model fitted by SVI: its options, its assembly from names
 and the fit.
 
 A model class here is an ``nn.Module`` whose ``forward(x, num_data)`` is a
-Pyro model, with ``site_priors`` (priors of global sites that own fitting
-hooks), ``point_estimate_sites(feature_variances)``, ``guide_options()`` (what
-its guide must share with it, e.g. the z site's scale) and ``hidden_dims``;
-its constructor takes ``num_features, latent_dim, likelihood`` and its
+Pyro model that draws its codes with ``latent_prior.sample_globals(x)`` and,
+inside the data plate, ``z = latent_prior.sample(x, kl_weight)``; it has
+the members of :data:`MODEL_INTERFACE` (``train`` names any that is
+missing; ``models/vae.py`` is the smallest example), and its constructor
+takes ``num_features, latent_dim, likelihood, latent_prior`` and its
 hyperparameters by keyword.  It may define ``data_defaults(summary,
 likelihood, hyper)``, a classmethod returning hyperparameters calibrated from
 the training data.  If its decoder should see standardised units it ends in
@@ -157,6 +158,25 @@ def _belongs(name):
     """Which priors take an option that the model does not, if any."""
     owners = _prior_owners(name)
     return f"{name!r} belongs to {' / '.join(owners)}" if owners else None
+
+
+# What the assembly and the fit read from a model besides forward(), with what each is.
+MODEL_INTERFACE = {
+    "latent_dim": "K, the code size",
+    "latent_prior": "the LatentPrior its constructor received",
+    "hidden_dims": "widths the guide's encoder copies",
+    "site_priors": "an nn.ModuleDict of its global sites' priors with fitting hooks (may be empty)",
+    "point_estimate_sites": "a method feature_variances -> {site: initial value} of its point-estimated globals",
+    "guide_options": "a method returning what its guide must share with it, e.g. {'kl_weight': beta}",
+    "observation": "its pyro_sparse.nn.ObservationModel (likelihood, dispersion, library size)",
+}
+
+
+def _check_model_interface(model):
+    missing = [f"{name} ({what})" for name, what in MODEL_INTERFACE.items() if not hasattr(model, name)]
+    if missing:
+        raise TypeError(f"the model {type(model).__name__} lacks " + "; ".join(missing)
+                        + "; see pyro_sparse.svi.MODEL_INTERFACE and models/vae.py")
 
 
 class SVIModel:
@@ -365,6 +385,7 @@ class SVIModel:
             num_features, latent_dim=latent_dim, likelihood=likelihood, **priors, **layout,
             **{k: v for k, v in hyper.items() if k in model_parameters and k not in PRIOR_ARGUMENTS},
         )
+        _check_model_interface(model)
         guide = self._guide(model, latent_prior, summary, likelihood, hyper, layout["covariate_dim"])
         latent_prior.attach_guide(guide)
         for name, prior in model.site_priors.items():
