@@ -3,7 +3,7 @@
 import copy
 
 import torch
-from torch.distributions import Distribution, Transform
+from torch.distributions import Distribution, Transform, constraints
 
 
 def on_device(obj, device):
@@ -31,3 +31,10 @@ def on_device(obj, device):
     vars(copied).update(moved)
     return copied
 
+
+
+def is_real_support(support):
+    """Whether a support is the whole real line (per coordinate): the support a code z or a mask weight needs."""
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    return support is constraints.real

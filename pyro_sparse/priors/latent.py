@@ -41,7 +41,7 @@ from torch.distributions import Distribution, constraints
 from pyro_sparse.checks import is_count, positive_number
 from pyro_sparse.distributions import SelectedSpikeAndSlab, SpikeAndSlab
 from pyro_sparse.distributions.thresholded import code_distribution
-from pyro_sparse.distributions.util import on_device
+from pyro_sparse.distributions.util import is_real_support, on_device
 from pyro_sparse.priors.site import own_copy
 
 
@@ -459,12 +459,6 @@ class ThresholdedNormalPrior(ThresholdedPrior):
                          threshold_beta, amortized_threshold, kl, learn_prior_threshold)
 
 
-def _real_valued(support):
-    while isinstance(support, constraints.independent):
-        support = support.base_constraint
-    return support is constraints.real
-
-
 class DistributionPrior(LatentPrior):
     """
     A user's Pyro distribution as the prior of z.
@@ -510,7 +504,7 @@ class DistributionPrior(LatentPrior):
     def _as_code_distribution(self, prior):
         K, name = self.latent_dim, type(prior).__name__
         shapes = f"batch shape {tuple(prior.batch_shape)} and event shape {tuple(prior.event_shape)}"
-        if not _real_valued(prior.support):
+        if not is_real_support(prior.support):
             raise ValueError(f"latent_prior {name} has support {prior.support}; codes z are real-valued")
         if prior.event_shape == (K,) and prior.batch_shape == ():
             return prior

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.distributions import Distribution
 
-from pyro_sparse.distributions.util import on_device
+from pyro_sparse.distributions.util import is_real_support, on_device
 
 
 def own_copy(factory):
@@ -106,6 +106,9 @@ class DistributionSitePrior(SitePrior):
         prior = self.instance if self.factory is None else self.factory(self.shape)
         if not isinstance(prior, Distribution):
             raise TypeError(f"the mask_prior factory must return a Pyro distribution, got {type(prior).__name__}")
+        if not is_real_support(prior.support):
+            raise ValueError(f"mask_prior {type(prior).__name__} has support {prior.support}; the weights of W are "
+                             "real-valued (a prior on their magnitudes is a distribution of |w|, not of w)")
         prior = on_device(prior, self.device_marker.device)
         if self.factory is None:
             self.instance = prior  # moved once, not at every step

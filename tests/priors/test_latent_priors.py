@@ -321,6 +321,9 @@ def test_a_user_mask_prior_is_a_plain_map_term(data):
     # An event of shape (7, 1) broadcasts to (7, 3) but would draw one entry where the site has three.
     with pytest.raises(ValueError, match="event shape \\(7, 1\\), which do not fit"):
         pyro_sparse.train("ssl_dgm", data.X, mask_prior=dist.Laplace(torch.zeros(7, 1), 1.0).to_event(2), **QUICK)
+    # W starts at 1 and may never cross 0 in a short fit, so a positive-support prior went unnoticed.
+    with pytest.raises(ValueError, match="mask_prior HalfCauchy has support .*real-valued"):
+        pyro_sparse.train("ssl_dgm", data.X, mask_prior=dist.HalfCauchy(1.0), **QUICK)
 
 
 # ------------------------------------------------------ validation, shapes
