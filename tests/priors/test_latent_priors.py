@@ -73,22 +73,10 @@ def _kl_normal_centered(q, p):
     return 0.5 * (ratio + (q.loc / p.scale) ** 2 - 1 - ratio.log())
 
 
-class CenteredNormalNoExpand(TorchDistribution):
-    """A user's prior without an ``expand`` of its own: Pyro broadcasts it as an ExpandedDistribution."""
+class CenteredNormalNoExpand(CenteredNormal):
+    """The same prior without an ``expand`` of its own: Pyro broadcasts it as an ExpandedDistribution."""
 
-    arg_constraints = {"scale": constraints.positive}
-    support = constraints.real
-    has_rsample = True
-
-    def __init__(self, scale, validate_args=None):
-        (self.scale,) = broadcast_all(scale)
-        super().__init__(self.scale.shape, validate_args=validate_args)
-
-    def rsample(self, sample_shape=torch.Size()):
-        return self.scale * torch.randn(self._extended_shape(sample_shape))
-
-    def log_prob(self, value):
-        return -0.5 * (value / self.scale) ** 2 - self.scale.log() - 0.5 * math.log(2 * math.pi)
+    expand = TorchDistribution.expand
 
 
 register_kl(dist.Normal, CenteredNormalNoExpand)(_kl_normal_centered)
