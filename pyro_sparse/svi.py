@@ -592,12 +592,14 @@ class SVIModel:
         """A FittedModel from a model file's configuration and tensors; ``priors`` as given to ``load``."""
         custom_priors = _custom_priors(path, config, priors)
         device = resolve_device(device)  # outside the try: a bad device is the caller's, not the file's
-        try:
-            model, guide, _ = self.assemble(config, device, custom_priors)
+        try:  # on the CPU: an error moving to the device (out of memory, say) is not the file's either
+            model, guide, _ = self.assemble(config, torch.device("cpu"), custom_priors)
             model.load_state_dict(states["model"])
             guide.load_state_dict(states["guide"])
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise serialization.ModelFileError(f"{path!r} does not match the model it describes: {error}") from None
+        model.to(device)
+        guide.to(device)
         model.eval()
         guide.eval()
         return FittedModel(config, model, guide, history)

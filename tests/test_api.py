@@ -222,6 +222,26 @@ def test_a_bad_device_is_named_as_the_callers_not_the_files(fitted, tmp_path):
     assert not isinstance(error.value, pyro_sparse.io.serialization.ModelFileError)
 
 
+def test_a_gpu_that_is_not_there_or_full_is_not_called_a_damaged_file(fitted, tmp_path, monkeypatch):
+    fitted.save(tmp_path / "model.pt")
+    # A machine with one GPU: cuda:7 is named before anything is built.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match="device='cuda:7' was requested but this machine has 1 GPU"):
+        pyro_sparse.load(tmp_path / "model.pt", device="cuda:7")
+    # Moving the loaded model to the device fails (out of memory, say): that error, not "does not match".
+    to = torch.nn.Module.to
+
+    def full(module, *args, **kwargs):
+        if torch.device(args[0]).type == "meta":
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return to(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "to", full)
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
+        pyro_sparse.load(tmp_path / "model.pt", device="meta")
+
+
 def test_transform_checks_the_number_of_features(fitted):
     with pytest.raises(DataError, match="has 6 features but the model was trained on 7"):
         fitted.transform(np.zeros((3, 6)))

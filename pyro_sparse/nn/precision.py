@@ -24,7 +24,7 @@ def check_precision(precision, device):
         )
     if precision == "bf16" and device.type not in ("cpu", "cuda"):
         raise ValueError(f"precision='bf16' runs on 'cpu' or 'cuda', this run is on {device.type!r}; use 'fp32'")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+    if precision == "bf16" and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
         raise ValueError("precision='bf16' needs a GPU with bfloat16 arithmetic (compute capability 8.0 or newer); use 'fp32'")
     return precision
 
@@ -74,4 +74,7 @@ def resolve_device(device):
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:<index>', got {device!r}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was requested but CUDA is not available; use device='auto'")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device={str(device)!r} was requested but this machine has {torch.cuda.device_count()} "
+                         f"GPU(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     return device
