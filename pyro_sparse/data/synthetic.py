@@ -111,6 +111,9 @@ _LINKS = (
     lambda z: np.tanh(2 * z),
     lambda z: np.abs(z) - np.sqrt(2 / np.pi),
 )
+# The links that determine z (odd and increasing): an anchor's link must be one of them, or its
+# feature tells only |z| (z² - 1, |z| - E|z|) or z modulo a fold (sin 2z).
+_INVERTIBLE_LINKS = (0, 3)
 
 
 def random_correlation(num_factors, max_correlation, rng):
@@ -150,7 +153,7 @@ def _random_support(num_features, num_factors, anchors_per_factor, max_parents, 
 
 def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_correlation=0.6,
                                  anchors_per_factor=2, max_parents=3, likelihood="gaussian", noise_variance=0.5,
-                                 seed=0):
+                                 anchor_links="shared", seed=0):
     r"""
     Correlated factors behind a sparse, nonlinear map, to test identifiability
     beyond Eq. 9: z_i ~ N(0, R) with R a random correlation matrix
@@ -160,15 +163,22 @@ def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_co
 
     with g_jk drawn from {z, sin 2z, z² - 1, tanh 2z, ``|z| - E|z|``} and
     weights ``|a_jk|`` ∈ [1, 2] of random sign.  The first ``anchors_per_factor`` features
-    of each factor have that factor as their only parent (the anchors that make
-    the model identifiable, Moran et al. 2022, Sec. 3); the other features have
-    1 to ``max_parents`` parents.  ``likelihood="gaussian"`` adds noise of
+    of each factor have that factor as their only parent: the anchors that make
+    the model identifiable (Moran et al. 2022, Sec. 3, assumption A1: the
+    anchors of a factor share one map f_j, and Theorem 1 identifies z_k up to
+    an invertible transform only if that map determines z_k).  So with
+    ``anchor_links="shared"`` a factor's anchors share one link, z or tanh 2z,
+    and one weight; ``"independent"`` draws them as any other feature's (the
+    generator before 2026-11-29, whose anchors could tell only |z_k|).  The
+    other features have 1 to ``max_parents`` parents.  ``likelihood="gaussian"`` adds noise of
     variance ``noise_variance``; ``"bernoulli"`` draws x_ij ~ Bernoulli(σ(f_j(z_i))).
 
     :returns: :class:`SyntheticData` (float32 ``X`` and ``z``, ``support`` (G, K)).
     """
     if likelihood not in ("gaussian", "bernoulli"):
         raise ValueError(f"likelihood must be 'gaussian' or 'bernoulli', got {likelihood!r}")
+    if anchor_links not in ("shared", "independent"):
+        raise ValueError(f"anchor_links must be 'shared' or 'independent', got {anchor_links!r}")
     _integer("n", n, 1)
     _integer("num_factors", num_factors, 1)
     _integer("max_parents", max_parents, 1)
@@ -183,6 +193,12 @@ def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_co
     support = _random_support(num_features, num_factors, anchors_per_factor, max_parents, structure)
     links = structure.integers(len(_LINKS), size=support.shape)
     weights = structure.uniform(1, 2, size=support.shape) * structure.choice([-1, 1], size=support.shape)
+    if anchor_links == "shared":  # drawn after the rest, so the other features' maps are those of "independent"
+        factor_links = structure.choice(_INVERTIBLE_LINKS, size=num_factors)
+        factor_weights = structure.uniform(1, 2, size=num_factors) * structure.choice([-1, 1], size=num_factors)
+        for k in range(num_factors):
+            anchors = np.arange(k * anchors_per_factor, (k + 1) * anchors_per_factor)
+            links[anchors, k], weights[anchors, k] = factor_links[k], factor_weights[k]
     rng = np.random.default_rng([seed, 1, n])
     z = rng.multivariate_normal(np.zeros(num_factors), correlation, size=n)
     signal = np.zeros((n, num_features))

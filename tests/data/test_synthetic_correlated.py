@@ -16,6 +16,24 @@ def test_shapes_anchors_and_parents():
         assert len(anchors) >= 3
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_factors_anchors_share_one_map_that_determines_the_factor(seed):
+    # Moran et al. (2022), A1: a factor's anchors share one map f_j; it identifies z_k (Theorem 1)
+    # only if it is invertible.  Drawn independently, an anchor could carry z² - 1 or |z|: only |z_k|.
+    data = synthetic_correlated_factors(n=500, num_factors=6, num_features=50, noise_variance=0.0, seed=seed)
+    for k in range(6):
+        first, second = np.flatnonzero(data.support[:, k] & (data.support.sum(1) == 1))[:2]
+        np.testing.assert_array_equal(data.X[:, first], data.X[:, second])
+        order = np.argsort(data.z[:, k])
+        steps = np.diff(data.X[order, first])
+        assert (steps >= 0).all() or (steps <= 0).all()  # monotone in z_k
+    independent = [synthetic_correlated_factors(n=500, num_factors=6, num_features=50, noise_variance=0.0,
+                                                anchor_links="independent", seed=seed) for seed in range(6)]
+    assert any(not np.array_equal(d.X[:, 0], d.X[:, 1]) for d in independent)
+    # Only the anchors' maps differ between the two: the other features are the same draws.
+    np.testing.assert_array_equal(independent[seed].X[:, 12:], data.X[:, 12:])
+
+
 def test_factors_have_the_drawn_correlation():
     data = synthetic_correlated_factors(n=20_000, num_factors=6, max_correlation=0.8, seed=1)
     empirical = np.corrcoef(data.z.T)
@@ -78,6 +96,7 @@ def test_the_generators_that_fix_a_map_by_seed_name_a_bad_seed(seed):
     ({"max_parents": 0}, "max_parents must be an integer >= 1"),
     ({"num_factors": 0}, "num_factors must be an integer >= 1"),
     ({"n": 2.5}, "n must be an integer >= 1"),
+    ({"anchor_links": "same"}, "anchor_links must be 'shared' or 'independent'"),
 ])
 def test_bad_options_are_named(options, message):
     with pytest.raises(ValueError, match=message):
