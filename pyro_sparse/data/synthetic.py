@@ -169,7 +169,7 @@ def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_co
     an invertible transform only if that map determines z_k).  So with
     ``anchor_links="shared"`` a factor's anchors share one link, z or tanh 2z,
     and one weight; ``"independent"`` draws them as any other feature's (the
-    generator before 2026-11-29, whose anchors could tell only |z_k|).  The
+    generator before 2026-11-29, whose anchors could tell only ``|z_k|``).  The
     other features have 1 to ``max_parents`` parents.  ``likelihood="gaussian"`` adds noise of
     variance ``noise_variance``; ``"bernoulli"`` draws x_ij ~ Bernoulli(σ(f_j(z_i))).
 
