@@ -28,7 +28,7 @@ Protocol
   decay 0.99 per epoch, KL warm-up over a quarter of the run, rollback on
   divergence or on a step loss above 10x the running median), J = 1 particle;
   the spike-and-slab row (``vsc``, Gumbel-softmax straight-through, prior
-  spike probability 0.1, a N(0, 0.1) slab (variance 0.1), Appendix D's slab pre-training and temperature
+  spike probability 0.1, an N(0, 0.1) slab (variance 0.1), Appendix D's slab pre-training and temperature
   schedule rescaled to the run) gets the same optimiser settings.  Each row
   changes only the code prior; the "variants" change one choice of the
   thresholded Laplacian at a time (KL, threshold, estimator, atom norms,

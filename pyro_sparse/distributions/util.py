@@ -3,7 +3,8 @@
 import copy
 
 import torch
-from torch.distributions import Distribution, Transform, constraints
+from pyro.distributions import ExpandedDistribution
+from torch.distributions import Distribution, Independent, Transform, constraints
 
 
 def on_device(obj, device):
@@ -31,6 +32,20 @@ def on_device(obj, device):
     vars(copied).update(moved)
     return copied
 
+
+def unshared(obj):
+    """
+    ``obj`` with fresh copies of its ``Independent`` and ``ExpandedDistribution``
+    layers (the distribution they wrap is shared): Pyro's
+    ``ExpandedDistribution.expand`` changes the object in place, so what a
+    prior hands to Pyro's plates, or expands itself, at every step must be
+    its own, not the user's object or the last step's.
+    """
+    if not isinstance(obj, (Independent, ExpandedDistribution)):
+        return obj
+    copied = copy.copy(obj)
+    copied.base_dist = unshared(obj.base_dist)
+    return copied
 
 
 def is_real_support(support):

@@ -41,7 +41,7 @@ from torch.distributions import Distribution, constraints
 from pyro_sparse.checks import is_count, positive_number
 from pyro_sparse.distributions import SelectedSpikeAndSlab, SpikeAndSlab
 from pyro_sparse.distributions.thresholded import code_distribution
-from pyro_sparse.distributions.util import is_real_support, on_device
+from pyro_sparse.distributions.util import is_real_support, on_device, unshared
 from pyro_sparse.priors.site import own_copy
 
 
@@ -518,10 +518,8 @@ class DistributionPrior(LatentPrior):
     def distribution(self, x):
         device = self.device_marker.device
         if self.factory is None:
-            self.instance = on_device(self.instance, device)
-        # A fresh wrapper per call: Pyro's plates expand it, and an ExpandedDistribution (a prior
-        # without its own expand) expands in place.
-        return self._as_code_distribution(on_device(self._build(), device))
+            self.instance = on_device(self.instance, device)  # moved once, not at every step
+        return self._as_code_distribution(unshared(on_device(self._build(), device)))
 
 
 __all__ = [

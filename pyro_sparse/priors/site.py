@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.distributions import Distribution
 
-from pyro_sparse.distributions.util import is_real_support, on_device
+from pyro_sparse.distributions.util import is_real_support, on_device, unshared
 
 
 def own_copy(factory):
@@ -127,6 +127,6 @@ class DistributionSitePrior(SitePrior):
                 "must broadcast to it and the event shape be its last dims)"
             )
         batch = self.shape[: len(self.shape) - event_dims]
-        return prior.expand(batch).to_event(len(batch))
+        return unshared(prior).expand(batch).to_event(len(batch))
 
 

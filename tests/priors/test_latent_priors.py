@@ -208,13 +208,19 @@ def test_a_user_prior_without_a_kl_trains_by_monte_carlo_and_says_so(data, caplo
     assert "KL(Normal || CenteredNormalWithKL) in closed form" in caplog.text
 
 
-def test_a_user_prior_without_its_own_expand_trains_with_its_registered_kl(data, caplog):
-    # One broadcast object was reused across steps: Pyro's plates expanded it in place (batch 2 at the
-    # shape guess, then "cannot broadcast (2, 3) to (50, 3)"), and its KL was looked up for ExpandedDistribution.
+@pytest.mark.parametrize("form", ["scalar", "expanded", "expanded event"])
+def test_a_user_prior_without_its_own_expand_trains_with_its_registered_kl(data, caplog, form):
+    # Pyro expands an ExpandedDistribution in place: one reused across steps (ours, or the user's own
+    # .expand([K])) kept the batch 2 of the shape guess ("cannot broadcast (2, 3) to (50, 3)"), and
+    # its KL was looked up for ExpandedDistribution instead of the user's class.
+    prior = CenteredNormalNoExpand(0.7)
+    prior = {"scalar": prior, "expanded": prior.expand([3]), "expanded event": prior.expand([3]).to_event(1)}[form]
+    shapes = (prior.batch_shape, prior.event_shape)
     with caplog.at_level(logging.INFO, logger="pyro_sparse"):
-        fitted = pyro_sparse.train("ssl_dgm", data.X, latent_prior=CenteredNormalNoExpand(0.7), **QUICK)
+        fitted = pyro_sparse.train("ssl_dgm", data.X, latent_prior=prior, **QUICK)
     assert "KL(Normal || CenteredNormalNoExpand) in closed form" in caplog.text
     assert np.isfinite(fitted.history_["train_loss"]).all()
+    assert (prior.batch_shape, prior.event_shape) == shapes  # the user's object is left as it was
 
 
 def test_a_registered_kl_gives_the_monte_carlo_elbo_in_expectation(data):
@@ -309,6 +315,10 @@ def test_a_user_mask_prior_is_a_plain_map_term(data):
     # An event of shape (7, 1) broadcasts to (7, 3) but would draw one entry where the site has three.
     with pytest.raises(ValueError, match="event shape \\(7, 1\\), which do not fit"):
         pyro_sparse.train("ssl_dgm", data.X, mask_prior=dist.Laplace(torch.zeros(7, 1), 1.0).to_event(2), **QUICK)
+    # A user's ExpandedDistribution is broadcast to W's shape without being changed in place.
+    expanded = CenteredNormalNoExpand(1.0).expand([1, 3])
+    pyro_sparse.train("ssl_dgm", data.X, mask_prior=expanded, **QUICK)
+    assert expanded.batch_shape == (1, 3)
     # W starts at 1 and may never cross 0 in a short fit, so a positive-support prior went unnoticed.
     with pytest.raises(ValueError, match="mask_prior HalfCauchy has support .*real-valued"):
         pyro_sparse.train("ssl_dgm", data.X, mask_prior=dist.HalfCauchy(1.0), **QUICK)
