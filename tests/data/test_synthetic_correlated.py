@@ -101,3 +101,24 @@ def test_the_generators_that_fix_a_map_by_seed_name_a_bad_seed(seed):
 def test_bad_options_are_named(options, message):
     with pytest.raises(ValueError, match=message):
         synthetic_correlated_factors(**{"n": 10, **options})
+
+
+@pytest.mark.parametrize("zeros", [0.3, 0.6])
+def test_sparse_factors_have_the_share_of_zeros_and_unit_variance(zeros):
+    dense = synthetic_correlated_factors(n=40_000, num_factors=3, num_features=30, seed=2)
+    sparse = synthetic_correlated_factors(n=40_000, num_factors=3, num_features=30, factor_zeros=zeros, seed=2)
+    np.testing.assert_array_equal(sparse.support, dense.support)
+    np.testing.assert_allclose((sparse.z == 0).mean(0), zeros, atol=0.01)
+    np.testing.assert_allclose(sparse.z.var(0), 1.0, atol=0.03)
+    # Each sparse value is its dense draw soft-thresholded: same sign, smaller before the rescaling's factor.
+    kept = sparse.z != 0
+    assert (np.sign(sparse.z[kept]) == np.sign(dense.z[kept])).all()
+    assert (np.abs(dense.z[~kept]) <= np.abs(dense.z[kept]).min() + 1e-6).all()
+    np.testing.assert_array_equal(synthetic_correlated_factors(n=100, seed=2, factor_zeros=0.0).X,
+                                  synthetic_correlated_factors(n=100, seed=2).X)
+
+
+@pytest.mark.parametrize("zeros", [-0.1, 1.0, float("nan"), "half"])
+def test_factor_zeros_out_of_range_is_named(zeros):
+    with pytest.raises(ValueError, match="factor_zeros"):
+        synthetic_correlated_factors(n=10, factor_zeros=zeros)
