@@ -173,7 +173,7 @@ def synthetic_correlated_factors(n=2000, num_factors=6, num_features=100, max_co
     other features have 1 to ``max_parents`` parents.  ``likelihood="gaussian"`` adds noise of
     variance ``noise_variance``; ``"bernoulli"`` draws x_ij ~ Bernoulli(σ(f_j(z_i))).
     ``factor_zeros`` > 0 makes the factors sparse, with that share of exact
-    zeros: each z_ik is soft-thresholded, sign(u)(|u| − t)₊ with t the
+    zeros: each z_ik is soft-thresholded, ``sign(u)(|u| − t)₊`` with t the
     quantile of \|N(0, 1)\| at ``factor_zeros``, and rescaled to unit
     variance (the thresholded Gaussian codes of Fallah & Rozell 2022, Eq. 7,
     with correlated u ~ N(0, R)); 0 keeps the dense factors, draw for draw.
