@@ -60,7 +60,8 @@ def oracle(num_features, level, seed, num_draws, num_points=500, chunk=20_000):
 
 
 def markdown(rows, args, seconds):
-    lines = [f"# What the Bernoulli variant says about its factors: the true model's posterior ({seconds / 60:.1f} min)",
+    lines = [f"# What the Bernoulli variant says about its factors: the true model's posterior "
+             f"({seconds / 60:.1f} min)",
              "", (f"`python benchmarks/generator_information.py --features {args.features} --levels "
                   f"{','.join(map(str, args.levels))} --seeds {args.seeds} --draws {args.draws}`: importance "
                   "sampling with prior draws through the true map, 500 held-out points of the benchmark's split "

