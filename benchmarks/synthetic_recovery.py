@@ -65,11 +65,13 @@ import numpy as np
 SIGMA_I = "sparse VAE, Σ = I"
 SPARSE_RESTART = "sparse VAE, learned R, sparse restart"
 SPARSE_RESTARTS_2 = "sparse VAE, learned R, 2 sparse restarts"
+FIXED_GAIN = "sparse VAE, learned R, sparse restart, fixed decoder gain"
 MODELS = {
     SIGMA_I: ("ssl_dgm", {}),
     "sparse VAE, learned R": ("ssl_dgm", {"latent_prior": "correlated"}),
     SPARSE_RESTART: ("ssl_dgm", {"latent_prior": "correlated", "sparse_restart": 1}),
     SPARSE_RESTARTS_2: ("ssl_dgm", {"latent_prior": "correlated", "sparse_restart": 2}),
+    FIXED_GAIN: ("ssl_dgm", {"latent_prior": "correlated", "sparse_restart": 1, "decoder_gain": "fixed"}),
     "VAE": ("vae", {}),
 }
 MAGNITUDE_CORRELATION = 0.7  # a spare code this correlated with |z_k| stands for factor k's magnitude
@@ -209,7 +211,7 @@ def magnitude_columns(z, true_z, included, matching):
 
 
 # The sparse VAEs fitted ``--restarts`` times on each data seed, and the label of their best-of rows.
-RESTARTED = ("sparse VAE, learned R", SPARSE_RESTART, SPARSE_RESTARTS_2)
+RESTARTED = ("sparse VAE, learned R", SPARSE_RESTART, SPARSE_RESTARTS_2, FIXED_GAIN)
 # The first fit and its sparse restart: the "lower loss" row keeps either.
 FIRST_AND_RESTART = ("sparse VAE, learned R", SPARSE_RESTART)
 BEST_OF = "{label}, best of {n} (n_init)"

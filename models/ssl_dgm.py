@@ -91,6 +91,10 @@ class SparseDGM(nn.Module):
     :param int num_batches: categories of the batch covariate (set by ``train``).
     :param str dispersion: ``"gene"`` or ``"gene-batch"``: the inverse
         dispersion of ``negative_binomial`` / ``zinb`` per feature, or per feature and batch.
+    :param str decoder_gain: ``"free"`` or ``"fixed"``: whether the scale of f_θ's layers after
+        the first is learned, so that W can shrink under its prior while they amplify (ReLU is
+        positively homogeneous), or fixed, so that W carries the scale the SSL prior prices
+        (:class:`~pyro_sparse.nn.MaskedDecoder`).
     :param str library: ``"observed"`` (the row's total count, or the
         ``size_factor_key`` column) or ``"latent"``: log ℓ_i ~ N(m_b, s_b²) per
         batch, inferred by the guide (:class:`~pyro_sparse.nn.ObservationModel`).
@@ -120,6 +124,7 @@ class SparseDGM(nn.Module):
         num_batches=1,
         dispersion="gene",
         library="observed",
+        decoder_gain="free",
     ):
         super().__init__()
         self.num_features, self.latent_dim = num_features, latent_dim
@@ -151,7 +156,7 @@ class SparseDGM(nn.Module):
         self.noise_nu, self.noise_xi = noise_prior_options(noise_nu, noise_xi)
         self.hidden_dims = tuple(hidden_dims)
         self.decoder = MaskedDecoder(num_features, latent_dim, hidden_dims, memory_budget_bytes,
-                                     covariate_dim=covariate_dim)
+                                     covariate_dim=covariate_dim, gain=decoder_gain)
         mask_prior = SpikeSlabLassoPrior(num_features, latent_dim) if mask_prior is None else mask_prior
         if self.feature_subsample_size is not None and hasattr(mask_prior, "gradient_averaging"):
             # A row of W gets a likelihood gradient on |S|/G of the steps,

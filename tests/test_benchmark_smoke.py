@@ -64,6 +64,24 @@ def test_figure3_synthetic_smoke(tmp_path):
             assert all(math.isfinite(value) for pair in by_metric[metric].values() for value in pair)
 
 
+def test_real_data_tables_methods_filter(tmp_path):
+    """--methods fits only the labels named (here the fixed-gain variant, on by default on Reuters); unknown ones are refused."""
+    if importlib.util.find_spec("lda") is None:
+        pytest.skip("lda (Reuters) not installed")
+    chosen = ["VAE", "Sparse VAE, learned R, fixed decoder gain"]
+    run_script("real_data_tables.py", "--smoke", "--experiments", "reuters", "--methods", ";".join(chosen),
+               "--out", str(tmp_path))
+    with open(tmp_path / "real_data_tables_smoke.json") as stream:
+        runs = json.load(stream)["reuters"]["runs"]
+    assert sorted(run["method"] for run in runs) == sorted(chosen)
+    assert all(math.isfinite(run["nll"]) for run in runs)
+    completed = subprocess.run(
+        [sys.executable, os.path.join(REPO, "benchmarks", "real_data_tables.py"), "--smoke", "--methods", "VAEs"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert completed.returncode != 0 and "unknown method(s) ['VAEs']" in completed.stderr
+
+
 def test_real_data_tables_smoke(tmp_path):
     experiments = [name for name, package in DATA_PACKAGES.items() if importlib.util.find_spec(package) is not None]
     if not experiments:

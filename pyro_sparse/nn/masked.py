@@ -74,8 +74,17 @@ class MaskedDecoder(Decoder):
       size, not by G.
 
     The columns of the first layer have unit norm.  Without that, the scale of
-    W can be traded against the first layer (W·c and H1/c give the same
-    likelihood) and the prior on W would only shrink W while H1 grows.
+    W's column k can be traded against column k of the first layer (W·c and
+    H1/c give the same likelihood) and the prior on W would only shrink W while
+    H1 grows.  ReLU is positively homogeneous, so a global trade remains: W·c
+    with the first bias ·c and the next layer ·1/c is the same network, and
+    under the SSL prior W shrinks below the spike-and-slab boundary while the
+    later layers amplify (measured on binary data: docs/results/synthetic.rst).
+    With ``gain="fixed"`` that trade is removed too: every row of the later
+    hidden layers has norm √2 (He's gain for ReLU, so activations keep their
+    scale) and every row of the output layer norm 1 (weight normalisation
+    with a fixed gain, Salimans & Kingma 2016).  Then W·c with every bias ·c
+    scales the outputs by c: no layer can make up for a smaller W.
 
     :param int num_features: G.
     :param int latent_dim: K.
@@ -84,11 +93,16 @@ class MaskedDecoder(Decoder):
     :param int block_bytes: size of a compute block's widest activation on CPU
         (float32): about one core's L2 cache.  Measured on a 1 MiB L2 CPU:
         docs/results/speed.rst.
+    :param str gain: ``"free"`` (unconstrained later layers) or ``"fixed"`` (their rows' norms
+        fixed, above).
     """
 
     def __init__(self, num_features, latent_dim, hidden_dims, memory_budget_bytes=2**30, block_bytes=2**20,
-                 covariate_dim=0):
+                 covariate_dim=0, gain="free"):
         super().__init__()
+        if gain not in ("free", "fixed"):
+            raise ValueError(f"decoder_gain must be 'free' or 'fixed', got {gain!r}")
+        self.gain = gain
         if not hidden_dims:
             raise ValueError("the sparse decoder needs at least one hidden layer: hidden_dims=() is not allowed")
         self.num_features, self.latent_dim = num_features, latent_dim
@@ -111,6 +125,14 @@ class MaskedDecoder(Decoder):
     def normalized_first_weight(self):
         return self.first_weight / self.first_weight.norm(dim=0, keepdim=True).clamp_min(1e-12)
 
+    def layer_weights(self):
+        """The later hidden layers' (weight, bias) and the output weight, as the forward pass uses them."""
+        hidden = [(layer.weight, layer.bias) for layer in self.hidden]
+        if self.gain == "free":
+            return hidden, self.out_weight
+        hidden = [(math.sqrt(2) * w / w.norm(dim=1, keepdim=True).clamp_min(1e-12), b) for w, b in hidden]
+        return hidden, self.out_weight / self.out_weight.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
     def _bytes_per_feature(self, batch_size):
         # float32 activations of every hidden layer, kept for backward, and their gradients.
         return batch_size * sum(self.hidden_dims) * 4 * 2
@@ -132,7 +154,7 @@ class MaskedDecoder(Decoder):
         """Features per compute block on CPU for ``batch_size`` codes."""
         return max(1, self.block_bytes // (4 * max(self.hidden_dims) * batch_size))
 
-    def _decode_block(self, z, mask, out_weight, out_bias, first_weight, first_bias):
+    def _decode_block(self, z, mask, out_weight, out_bias, first_weight, first_bias, hidden):
         # One masked copy of the batch per feature in the block, as (F * B, K)
         # rows: the layers' outputs are then whole 2-D tensors, not views of
         # one, so the in-place ReLUs need no copy-and-zero-fill in backward
@@ -144,21 +166,22 @@ class MaskedDecoder(Decoder):
         else:  # a (B, H1) bias per data point: the covariates' share of the first layer
             h = F.linear(rows, first_weight).view(num_features, batch, -1).add_(first_bias)
             h = torch.relu_(h.view(num_features * batch, -1))
-        for layer in self.hidden:
-            h = torch.relu_(layer(h))
+        for weight, bias in hidden:
+            h = torch.relu_(F.linear(h, weight, bias))
         # Feature j only needs row j of the last layer: one dot product per (feature, data point), taken
         # elementwise rather than as a bmm with a unit dimension, whose backward is slow on CPU.
         out = torch.linalg.vecdot(h.view(num_features, batch, -1), out_weight.unsqueeze(1)) + out_bias.unsqueeze(-1)
         return out.transpose(0, 1)  # (B, F)
 
-    def _decode_chunk(self, z, mask, out_weight, out_bias, first_weight, first_bias):
+    def _decode_chunk(self, z, mask, out_weight, out_bias, first_weight, first_bias, *hidden):
+        hidden = list(zip(hidden[::2], hidden[1::2]))  # flat (weight, bias, ...) for checkpoint's arguments
         features = mask.shape[0]
         block = features if z.is_cuda else self.block_features(z.shape[0])
         if block >= features:
-            return self._decode_block(z, mask, out_weight, out_bias, first_weight, first_bias)
+            return self._decode_block(z, mask, out_weight, out_bias, first_weight, first_bias, hidden)
         return torch.cat(
             [
-                self._decode_block(z, mask[rows], out_weight[rows], out_bias[rows], first_weight, first_bias)
+                self._decode_block(z, mask[rows], out_weight[rows], out_bias[rows], first_weight, first_bias, hidden)
                 for rows in (slice(start, start + block) for start in range(0, features, block))
             ],
             dim=-1,
@@ -180,18 +203,20 @@ class MaskedDecoder(Decoder):
         if self.covariate_weight is not None and covariates is not None:
             covariates = covariates.expand(*batch_shape, covariates.shape[-1]).reshape(z.shape[0], -1)
             first_bias = torch.addmm(self.first_bias, covariates, self.covariate_weight.T)
-        out_weight, out_bias = self.out_weight, self.out_bias
+        hidden, out_weight = self.layer_weights()
+        hidden = [t for pair in hidden for t in pair]
+        out_bias = self.out_bias
         if features is not None:
             mask, out_weight, out_bias = mask[features], out_weight[features], out_bias[features]
         num_features = mask.shape[0]
         size = self.chunk_size(z.shape[0])
         if size >= num_features:
-            out = self._decode_chunk(z, mask, out_weight, out_bias, first_weight, first_bias)
+            out = self._decode_chunk(z, mask, out_weight, out_bias, first_weight, first_bias, *hidden)
         else:
             pieces = []
             for start in range(0, num_features, size):
                 rows = slice(start, start + size)
-                args = (z, mask[rows], out_weight[rows], out_bias[rows], first_weight, first_bias)
+                args = (z, mask[rows], out_weight[rows], out_bias[rows], first_weight, first_bias, *hidden)
                 if torch.is_grad_enabled():
                     pieces.append(checkpoint(self._decode_chunk, *args, use_reentrant=False))
                 else:

@@ -260,3 +260,69 @@ def test_zero_mask_row_output_independent_of_z(budget):
     (gz,) = torch.autograd.grad(decoder(z_req, mask)[:, 2].sum(), z_req)
     assert torch.equal(gz[:, 1], torch.zeros(64))
     assert gz[:, [0, 2]].abs().sum() > 0
+
+
+# ------------------------------------------------------------------- gain ---
+def test_unknown_gain_rejected():
+    with pytest.raises(ValueError, match="decoder_gain"):
+        MaskedDecoder(G, K, HIDDEN, gain="unit")
+
+
+@pytest.mark.parametrize("gain", ["free", "fixed"])
+def test_smaller_w_is_undone_only_by_a_free_gain(gain):
+    """
+    ReLU is positively homogeneous: W * c with every bias * c scales the outputs
+    by c, for either gain.  W * c with the first bias * c and the next layer / c
+    is the same network when the gain is free (W can shrink at no cost in
+    likelihood); with a fixed gain the next layer is normalised back and the outputs change.
+    """
+    free, z, mask = make(dtype=torch.float64)
+    decoder = MaskedDecoder(G, K, HIDDEN, gain=gain).double()
+    decoder.load_state_dict(free.state_dict())
+    decoder.output_affine.set(torch.zeros(G), torch.ones(G))
+    before = decoder(z, mask)
+    state = {k: v.clone() for k, v in decoder.state_dict().items()}
+    with torch.no_grad():
+        for bias in [decoder.first_bias, decoder.out_bias] + [layer.bias for layer in decoder.hidden]:
+            bias.mul_(0.1)
+    torch.testing.assert_close(decoder(z, 0.1 * mask), 0.1 * before)
+    decoder.load_state_dict(state)
+    with torch.no_grad():
+        decoder.first_bias.mul_(0.1)
+        decoder.hidden[0].weight.div_(0.1)
+    traded = decoder(z, 0.1 * mask)
+    if gain == "free":
+        torch.testing.assert_close(traded, before)
+    else:
+        assert (traded - before).abs().max() > 0.1 * before.abs().max()
+
+
+def test_fixed_gain_row_norms():
+    """The forward pass uses later hidden rows of norm sqrt(2) and output rows of norm 1, whatever the raw weights."""
+    decoder = MaskedDecoder(G, K, HIDDEN, gain="fixed")
+    with torch.no_grad():
+        decoder.hidden[0].weight.mul_(7.0)
+        decoder.out_weight.mul_(0.01)
+    hidden, out_weight = decoder.layer_weights()
+    for weight, _ in hidden:
+        torch.testing.assert_close(weight.norm(dim=1), torch.full((weight.shape[0],), 2**0.5))
+    torch.testing.assert_close(out_weight.norm(dim=1), torch.ones(G))
+
+
+def test_decoder_gain_through_train_save_and_load(tmp_path):
+    import numpy as np
+
+    import pyro_sparse
+    from pyro_sparse.data.synthetic import synthetic_sparse_dgm
+
+    X = synthetic_sparse_dgm(n=200, rho=0.0, seed=0).X
+    quick = {"latent_dim": 3, "hidden_dims": (8, 8), "batch_size": 100, "max_epochs": 2, "progress": False,
+             "device": "cpu"}
+    fitted = pyro_sparse.train("ssl_dgm", X, seed=0, decoder_gain="fixed", **quick)
+    assert fitted.model.decoder.gain == "fixed"
+    fitted.save(tmp_path / "fixed.pt")
+    loaded = pyro_sparse.load(tmp_path / "fixed.pt")
+    assert loaded.model.decoder.gain == "fixed"
+    np.testing.assert_allclose(loaded.reconstruct(X[:20]), fitted.reconstruct(X[:20]), rtol=1e-6)
+    with pytest.raises(ValueError, match="decoder_gain"):
+        pyro_sparse.train("ssl_dgm", X, decoder_gain="unit", **quick)
