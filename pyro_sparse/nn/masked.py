@@ -125,13 +125,17 @@ class MaskedDecoder(Decoder):
     def normalized_first_weight(self):
         return self.first_weight / self.first_weight.norm(dim=0, keepdim=True).clamp_min(1e-12)
 
-    def layer_weights(self):
-        """The later hidden layers' (weight, bias) and the output weight, as the forward pass uses them."""
+    def layer_weights(self, features=None):
+        """
+        The later hidden layers' (weight, bias) and the output weight (rows ``features``; None: all),
+        as the forward pass uses them.
+        """
         hidden = [(layer.weight, layer.bias) for layer in self.hidden]
+        out_weight = self.out_weight if features is None else self.out_weight[features]
         if self.gain == "free":
-            return hidden, self.out_weight
+            return hidden, out_weight
         hidden = [(math.sqrt(2) * w / w.norm(dim=1, keepdim=True).clamp_min(1e-12), b) for w, b in hidden]
-        return hidden, self.out_weight / self.out_weight.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        return hidden, out_weight / out_weight.norm(dim=1, keepdim=True).clamp_min(1e-12)
 
     def _bytes_per_feature(self, batch_size):
         # float32 activations of every hidden layer, kept for backward, and their gradients.
@@ -203,11 +207,11 @@ class MaskedDecoder(Decoder):
         if self.covariate_weight is not None and covariates is not None:
             covariates = covariates.expand(*batch_shape, covariates.shape[-1]).reshape(z.shape[0], -1)
             first_bias = torch.addmm(self.first_bias, covariates, self.covariate_weight.T)
-        hidden, out_weight = self.layer_weights()
+        hidden, out_weight = self.layer_weights(features)
         hidden = [t for pair in hidden for t in pair]
         out_bias = self.out_bias
         if features is not None:
-            mask, out_weight, out_bias = mask[features], out_weight[features], out_bias[features]
+            mask, out_bias = mask[features], out_bias[features]
         num_features = mask.shape[0]
         size = self.chunk_size(z.shape[0])
         if size >= num_features:

@@ -297,6 +297,38 @@ def test_smaller_w_is_undone_only_by_a_free_gain(gain):
         assert (traded - before).abs().max() > 0.1 * before.abs().max()
 
 
+@pytest.mark.parametrize("budget, block, subset, covariates", [
+    (2**28, 2**20, False, False),   # one chunk, one block
+    (1, 2**20, False, False),       # one feature per chunk, recomputed in backward
+    (2**28, 1, False, False),       # one feature per block
+    (2**28, 2**20, True, True),     # feature subsampling and covariates
+])
+def test_fixed_gain_forward_ignores_the_raw_scale_of_later_rows(budget, block, subset, covariates):
+    """
+    With gain="fixed" every path of the forward pass uses the normalised rows: scaling any later
+    hidden row or output row leaves the outputs and W's gradient unchanged.
+    """
+    torch.manual_seed(0)
+    decoder = MaskedDecoder(G, K, HIDDEN, memory_budget_bytes=budget, block_bytes=block, gain="fixed",
+                            covariate_dim=2 if covariates else 0).double()
+    z, mask = torch.randn(BATCH, K, dtype=torch.float64), torch.randn(G, K, dtype=torch.float64, requires_grad=True)
+    kwargs = {"features": torch.tensor([4, 0, 5]) if subset else None,
+              "covariates": torch.randn(BATCH, 2, dtype=torch.float64) if covariates else None}
+
+    def outputs_and_gradient():
+        out = decoder(z, mask, **kwargs)
+        return out.detach(), torch.autograd.grad(out.sin().sum(), mask)[0]
+
+    before, gradient = outputs_and_gradient()
+    with torch.no_grad():
+        for layer in decoder.hidden:
+            layer.weight.mul_(torch.rand(layer.weight.shape[0], 1, dtype=torch.float64) * 5 + 0.1)
+        decoder.out_weight.mul_(torch.rand(G, 1, dtype=torch.float64) * 5 + 0.1)
+    after, gradient_after = outputs_and_gradient()
+    torch.testing.assert_close(after, before)
+    torch.testing.assert_close(gradient_after, gradient)
+
+
 def test_fixed_gain_row_norms():
     """The forward pass uses later hidden rows of norm sqrt(2) and output rows of norm 1, whatever the raw weights."""
     decoder = MaskedDecoder(G, K, HIDDEN, gain="fixed")
