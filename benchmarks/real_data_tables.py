@@ -311,10 +311,15 @@ def code_usage(label, fitted, X):
 def run_methods(data_name, X_train, X_test, likelihood, settings, args, split, extra=None):
     """Fit every method on X_train and score it on X_test; ``extra(label, fitted)`` adds data-specific metrics."""
     runs = []
-    variants = args.full or args.variants or data_name in VARIANTS_BY_DEFAULT
-    for label, candidates in methods(settings, args.full, likelihood == "gaussian", variants).items():
-        if args.methods is not None and label not in args.methods:
-            continue
+    # Methods named with --methods are fitted whether or not they are variants.
+    variants = args.full or args.variants or data_name in VARIANTS_BY_DEFAULT or args.methods is not None
+    table = methods(settings, args.full, likelihood == "gaussian", variants)
+    if args.methods is not None:
+        table = {label: candidates for label, candidates in table.items() if label in args.methods}
+        if not table:
+            raise SystemExit(f"none of --methods {args.methods} applies to {data_name} "
+                             f"(its methods: {list(methods(settings, args.full, likelihood == 'gaussian', True))})")
+    for label, candidates in table.items():
         for model, hyper in candidates:
             fitted, seconds, error = fit(model, X_train, likelihood, settings, hyper, seed=split)
             run = {"data": data_name, "split": split, "method": label, "model": model, "latent_dim": settings["latent_dim"],

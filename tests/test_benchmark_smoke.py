@@ -65,7 +65,10 @@ def test_figure3_synthetic_smoke(tmp_path):
 
 
 def test_real_data_tables_methods_filter(tmp_path):
-    """--methods fits only the labels named (here the fixed-gain variant, on by default on Reuters); unknown ones are refused."""
+    """
+    --methods fits only the labels named, variants among them; unknown labels are refused, and so is a
+    list of which none applies to an experiment (a Gaussian-only method on Reuters's counts).
+    """
     if importlib.util.find_spec("lda") is None:
         pytest.skip("lda (Reuters) not installed")
     chosen = ["VAE", "Sparse VAE, learned R, fixed decoder gain"]
@@ -80,6 +83,12 @@ def test_real_data_tables_methods_filter(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )
     assert completed.returncode != 0 and "unknown method(s) ['VAEs']" in completed.stderr
+    completed = subprocess.run(
+        [sys.executable, os.path.join(REPO, "benchmarks", "real_data_tables.py"), "--smoke", "--experiments", "reuters",
+         "--methods", "VAE (heteroscedastic)", "--out", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert completed.returncode != 0 and "applies to reuters" in completed.stderr
 
 
 def test_real_data_tables_smoke(tmp_path):

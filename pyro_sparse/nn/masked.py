@@ -177,8 +177,7 @@ class MaskedDecoder(Decoder):
         out = torch.linalg.vecdot(h.view(num_features, batch, -1), out_weight.unsqueeze(1)) + out_bias.unsqueeze(-1)
         return out.transpose(0, 1)  # (B, F)
 
-    def _decode_chunk(self, z, mask, out_weight, out_bias, first_weight, first_bias, *hidden):
-        hidden = list(zip(hidden[::2], hidden[1::2]))  # flat (weight, bias, ...) for checkpoint's arguments
+    def _decode_chunk(self, z, mask, out_weight, out_bias, first_weight, first_bias, hidden):
         features = mask.shape[0]
         block = features if z.is_cuda else self.block_features(z.shape[0])
         if block >= features:
@@ -208,19 +207,18 @@ class MaskedDecoder(Decoder):
             covariates = covariates.expand(*batch_shape, covariates.shape[-1]).reshape(z.shape[0], -1)
             first_bias = torch.addmm(self.first_bias, covariates, self.covariate_weight.T)
         hidden, out_weight = self.layer_weights(features)
-        hidden = [t for pair in hidden for t in pair]
         out_bias = self.out_bias
         if features is not None:
             mask, out_bias = mask[features], out_bias[features]
         num_features = mask.shape[0]
         size = self.chunk_size(z.shape[0])
         if size >= num_features:
-            out = self._decode_chunk(z, mask, out_weight, out_bias, first_weight, first_bias, *hidden)
+            out = self._decode_chunk(z, mask, out_weight, out_bias, first_weight, first_bias, hidden)
         else:
             pieces = []
             for start in range(0, num_features, size):
                 rows = slice(start, start + size)
-                args = (z, mask[rows], out_weight[rows], out_bias[rows], first_weight, first_bias, *hidden)
+                args = (z, mask[rows], out_weight[rows], out_bias[rows], first_weight, first_bias, hidden)
                 if torch.is_grad_enabled():
                     pieces.append(checkpoint(self._decode_chunk, *args, use_reentrant=False))
                 else:
