@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy.special import logsumexp
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -43,19 +42,29 @@ def oracle(num_features, level, seed, num_draws, num_points=500, chunk=20_000):
     X, z = held.X[2000:2000 + num_points].astype(np.float64), held.z[2000:2000 + num_points].astype(np.float64)
     # Prior draws and their noise-free signal f(z): the Gaussian variant with zero noise (the map is the seed's).
     prior = synthetic_correlated_factors(n=num_draws, likelihood="gaussian", noise_variance=0.0, **options)
-    log_lik = np.empty((num_draws, num_points))
+    # Streamed over chunks of draws (log-sum-exp with a running max), so memory stays at chunk x points: sums of
+    # w, w z, w z^2 and w^2 per point, with w = p(x | z_m) / exp(shift).
+    shift = np.full(num_points, -np.inf)
+    sums = {"w": np.zeros(num_points), "wz": np.zeros((num_points, z.shape[1])),
+            "wz2": np.zeros((num_points, z.shape[1])), "w2": np.zeros(num_points)}
     for start in range(0, num_draws, chunk):
         f = prior.X[start:start + chunk].astype(np.float64)
-        log_lik[start:start + chunk] = f @ X.T - np.logaddexp(0.0, f).sum(1, keepdims=True)
-    log_norm = logsumexp(log_lik, axis=0)
-    weights = np.exp(log_lik - log_norm)
-    draws = prior.z.astype(np.float64)
-    mean = weights.T @ draws
-    variance = weights.T @ draws**2 - mean**2
+        draws = prior.z[start:start + chunk].astype(np.float64)
+        log_lik = f @ X.T - np.logaddexp(0.0, f).sum(1, keepdims=True)
+        new_shift = np.maximum(shift, log_lik.max(0))
+        rescale = np.exp(shift - new_shift)
+        w = np.exp(log_lik - new_shift)
+        sums = {"w": sums["w"] * rescale + w.sum(0), "wz": sums["wz"] * rescale[:, None] + w.T @ draws,
+                "wz2": sums["wz2"] * rescale[:, None] + w.T @ draws**2, "w2": sums["w2"] * rescale**2 + (w**2).sum(0)}
+        shift = new_shift
+    log_norm = shift + np.log(sums["w"])
+    mean = sums["wz"] / sums["w"][:, None]
+    variance = sums["wz2"] / sums["w"][:, None] - mean**2
+    ess = sums["w"] ** 2 / sums["w2"]
     return {
         "features": num_features, "level": level, "seed": seed, "draws": num_draws, "points": num_points,
         "nll": float(-(log_norm - np.log(num_draws)).mean()),
-        "ess_median": float(np.median(1 / (weights**2).sum(0))), "ess_min": float((1 / (weights**2).sum(0)).min()),
+        "ess_median": float(np.median(ess)), "ess_min": float(ess.min()),
         "corr": [float(np.corrcoef(mean[:, k], z[:, k])[0, 1]) for k in range(z.shape[1])],
         "r2": (1 - variance.mean(0) / z.var(0)).tolist(),
         "dci": float(dci_disentanglement(mean, z)),

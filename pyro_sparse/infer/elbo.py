@@ -1,6 +1,7 @@
 """Multi-particle ELBOs that reduce over particles per data point (max-ELBO sampling)."""
 
 import logging
+import threading
 from typing import NamedTuple
 
 import pyro.util
@@ -55,9 +56,19 @@ def _collapse(value, particle_dim, data_dim):
     return value
 
 
+_GUESSING = threading.local()
+
+
 def _quiet_guess(record):
-    """A logging filter: drop Pyro's "Guessed max_plate_nesting" line."""
-    return not record.getMessage().startswith("Guessed max_plate_nesting")
+    """
+    A logging filter: drop Pyro's "Guessed max_plate_nesting" line while this
+    thread runs our guess.  Installed once (adding and removing it around each
+    guess would let concurrent fits remove each other's filter).
+    """
+    return not (getattr(_GUESSING, "active", False) and record.getMessage().startswith("Guessed max_plate_nesting"))
+
+
+logging.getLogger("pyro.infer.elbo").addFilter(_quiet_guess)
 
 
 class MaxParticleELBO(TraceMeanField_ELBO):
@@ -167,12 +178,11 @@ class MaxParticleELBO(TraceMeanField_ELBO):
         # Pyro logs the guess at INFO on every train call; the library's own INFO lines are what users read.
         state = pyro.util.get_rng_state()
         cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        pyro_logger = logging.getLogger("pyro.infer.elbo")
-        pyro_logger.addFilter(_quiet_guess)
+        _GUESSING.active = True
         try:
             super()._guess_max_plate_nesting(model, guide, args, kwargs)
         finally:
-            pyro_logger.removeFilter(_quiet_guess)
+            _GUESSING.active = False
             pyro.util.set_rng_state(state)
             if cuda_state is not None:
                 torch.cuda.set_rng_state_all(cuda_state)

@@ -169,7 +169,7 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         Fit the model to X (N x G; dense or scipy.sparse) with
         :func:`pyro_sparse.train`.  ``y`` is ignored.
         """
-        for name in ("fitted_", "factor_stability_"):  # a failed refit must not leave the fit before
+        for name in ("fitted_", "init_losses_", "factor_stability_"):  # a failed refit must not leave the fit before
             vars(self).pop(name, None)
         X = self._validate(X, reset=True)
         parameters = self.get_params(deep=False)
@@ -206,11 +206,15 @@ class SVIEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         data = _named(X, getattr(self, "feature_names_in_", None))
         fits = [train(model=self._model_name, data=data, seed=seed + i, **parameters, **options)
                 for i in range(n_init)]
-        # The fit of lowest -ELBO per point, as KMeans keeps its best of n_init; both attributes or neither.
-        kept = fits[0] if n_init == 1 else min(fits, key=lambda fitted: _kept_loss(fitted, data))
-        if n_init > 1:
-            self.factor_stability_ = factor_stability(fits, X)
-        self.fitted_ = kept
+        # The fit of lowest -ELBO per point, as KMeans keeps its best of n_init; all attributes or none.
+        if n_init == 1:
+            self.fitted_ = fits[0]
+            return self
+        losses = [_kept_loss(fitted, data) for fitted in fits]
+        stability = factor_stability(fits, X)
+        self.fitted_ = fits[int(np.argmin(losses))]
+        self.init_losses_ = np.asarray(losses)
+        self.factor_stability_ = stability
         return self
 
     def transform(self, X):
@@ -578,7 +582,7 @@ def choose_latent_dim(estimator, X, candidates, *, min_stability=0.9, n_jobs=Non
     table = [
         {"latent_dim": int(k), "code_stability": e.factor_stability_.code_correlation,
          "support_jaccard": e.factor_stability_.support_jaccard,
-         "active_factors": len(e.active_factors_), "loss": float(_kept_loss(e.fitted_, X))}
+         "active_factors": len(e.active_factors_), "loss": float(e.init_losses_.min())}
         for k, e in zip(candidates, fitted)
     ]
     stable = [row for row in table if row["code_stability"] >= min_stability]

@@ -1,6 +1,7 @@
 """MaxParticleELBO: per-data-point max / mean over J particles (Fallah & Rozell 2022, Eq. 6-9)."""
 
 import logging
+import threading
 
 import pyro
 import pyro.distributions as dist
@@ -125,6 +126,23 @@ def test_the_guess_logs_nothing_and_other_pyro_lines_stay(x, caplog):
     assert not [r for r in caplog.records if "max_plate_nesting" in r.getMessage()]
     logging.getLogger("pyro.infer.elbo").info("Guessed max_plate_nesting = 9")  # Pyro's own ELBOs still log it
     assert caplog.records[-1].getMessage() == "Guessed max_plate_nesting = 9"
+
+
+def test_the_guess_is_quiet_only_in_its_own_thread(caplog):
+    # Another thread's line still shows while this one guesses (concurrent fits do not silence each other).
+    from pyro_sparse.infer import elbo as module
+
+    caplog.set_level(logging.INFO)
+    logger = logging.getLogger("pyro.infer.elbo")
+    module._GUESSING.active = True
+    try:
+        logger.info("Guessed max_plate_nesting = 1")
+        other = threading.Thread(target=logger.info, args=("Guessed max_plate_nesting = 2",))
+        other.start()
+        other.join()
+    finally:
+        module._GUESSING.active = False
+    assert [r.getMessage() for r in caplog.records if "max_plate" in r.getMessage()] == ["Guessed max_plate_nesting = 2"]
 
 
 def test_mean_is_the_average_of_single_particle_losses(x):

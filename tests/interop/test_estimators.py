@@ -172,10 +172,11 @@ def test_n_init_keeps_the_lower_loss_fit_and_reports_stability(data):
                               progress=False, device="cpu") for seed in (3, 4)]
     kept = min(fits, key=lambda fitted: fitted.history_["train_loss"][-1])
     np.testing.assert_array_equal(estimator.transform(data.X), kept.transform(data.X))
+    np.testing.assert_array_equal(estimator.init_losses_, [fitted.history_["train_loss"][-1] for fitted in fits])
     assert 0 <= estimator.factor_stability_.code_correlation <= 1
     # A refit resets what the fit before learned (scikit-learn's rule).
     estimator.set_params(n_init=1).fit(data.X)
-    assert not hasattr(estimator, "factor_stability_")
+    assert not hasattr(estimator, "factor_stability_") and not hasattr(estimator, "init_losses_")
 
 
 def test_n_init_ranks_fits_with_a_validation_split_on_all_of_X(data):
@@ -190,6 +191,7 @@ def test_n_init_ranks_fits_with_a_validation_split_on_all_of_X(data):
         losses.append(-fitted.heldout_log_likelihood(data.X, num_samples=1).mean())
     kept = fits[int(np.argmin(losses))]
     np.testing.assert_array_equal(estimator.transform(data.X), kept.transform(data.X))
+    np.testing.assert_allclose(estimator.init_losses_, losses, rtol=1e-6)
 
 
 def test_random_state_none_or_generator(data):
@@ -360,11 +362,9 @@ def _stub_fits(monkeypatch, stabilities):
     from pyro_sparse.interop import sklearn as module
 
     def fitted_clone(estimator, latent_dim, X):
-        history = {"train_loss": [10.0 - latent_dim]}
         return SimpleNamespace(
             latent_dim=latent_dim, factor_stability_=FactorStability(stabilities[latent_dim], 0.5, []),
-            active_factors_=np.arange(latent_dim - 1),
-            fitted_=SimpleNamespace(history_=history, config={"training": {"early_stopping": None}}),
+            active_factors_=np.arange(latent_dim - 1), init_losses_=np.array([12.0, 10.0 - latent_dim]),
         )
 
     monkeypatch.setattr(module, "_fitted_clone", fitted_clone)
@@ -396,6 +396,7 @@ def test_choose_latent_dim_fits_each_candidate_as_the_estimator_would(data):
         np.testing.assert_array_equal(fitted.transform(data.X), direct.transform(data.X))
         assert row["code_stability"] == direct.factor_stability_.code_correlation
         assert row["active_factors"] == len(direct.active_factors_)
+        assert row["loss"] == direct.init_losses_.min()
 
 
 @pytest.mark.parametrize("estimator, candidates, options, message", [
