@@ -373,9 +373,10 @@ def _kl_spike_and_slab(q, p):
     log_gate_q, log1m_gate_q = q._log_gates(use_slab, use_spike)
     log_gate_p, log1m_gate_p = p._log_gates(use_slab, use_spike)
 
-    var_ratio = (q.scale / p.scale) ** 2
+    # log σ_q² / σ_p² from the logs: the ratio itself underflows in float32 once σ_q / σ_p < 1e-22.
+    log_var_ratio = 2 * (q.scale.log() - p.scale.log())
     t1 = ((q.loc - p.loc) / p.scale) ** 2
-    kl_normal = 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
+    kl_normal = 0.5 * (log_var_ratio.exp() + t1 - 1 - log_var_ratio)
 
     return (
         gate_q * kl_normal

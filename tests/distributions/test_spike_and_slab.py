@@ -240,6 +240,14 @@ def test_kl_self_is_zero_and_nonnegative():
         assert kl_divergence(SpikeAndSlab(**base), SpikeAndSlab(**other)).item() > 1e-6, name
 
 
+def test_kl_of_a_very_narrow_slab_is_finite_in_float32():
+    # σ_q / σ_p = 1e-25: the variance ratio underflows to 0 in float32, its log is taken from the scales' logs.
+    q = SpikeAndSlab(torch.tensor(0.5), torch.tensor(0.2), torch.tensor(1e-25))
+    p = SpikeAndSlab(torch.tensor(0.3), torch.tensor(0.0), torch.tensor(1.0))
+    expected = kl_divergence(SpikeAndSlab(f64(0.5), f64(0.2), f64(1e-25)), SpikeAndSlab(f64(0.3), f64(0.0), f64(1.0)))
+    torch.testing.assert_close(kl_divergence(q, p).double(), expected, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("param", ["gate", "gate_logits"])
 def test_kl_gate_boundaries(param):
     # γ_q = 0: q is δ0, KL = -log(1 - γ_p). γ_q = 1: q is the slab,
