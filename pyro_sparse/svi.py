@@ -600,6 +600,13 @@ class SVIModel:
             raise serialization.ModelFileError(f"{path!r} does not match the model it describes: {error}") from None
         model.to(device)
         guide.to(device)
+        if config["training"].get("precision") == "bf16":
+            try:
+                check_precision("bf16", device)
+            except ValueError as error:  # a bf16 fit loaded on a GPU without bfloat16 arithmetic
+                warnings.warn(f"{path!r} was trained with a bfloat16 decoder, which this device cannot run ({error}); "
+                              "its decoder is evaluated in float32", stacklevel=3)
+                set_decoder_precision(model, "fp32")
         model.eval()
         guide.eval()
         return FittedModel(config, model, guide, history)

@@ -147,6 +147,22 @@ def test_precision_is_saved_and_restored(fits, data, tmp_path):
     np.testing.assert_array_equal(loaded.reconstruct(data.X[:20]), fitted.reconstruct(data.X[:20]))
 
 
+def test_a_bf16_fit_loads_in_float32_where_the_device_cannot_run_bf16(fits, data, tmp_path, monkeypatch):
+    # Checked on the load's device (a GPU older than compute capability 8.0 refuses bf16): a warning, a float32 decoder.
+    from pyro_sparse import svi
+
+    def refuse(precision, device):
+        raise ValueError("precision='bf16' needs a GPU with bfloat16 arithmetic")
+
+    fits["bf16"].save(tmp_path / "model.pt")
+    monkeypatch.setattr(svi, "check_precision", refuse)
+    with pytest.warns(UserWarning, match="trained with a bfloat16 decoder.*evaluated in float32"):
+        loaded = pyro_sparse.load(tmp_path / "model.pt")
+    assert loaded.model.decoder.precision == "fp32" and loaded.config["training"]["precision"] == "bf16"
+    fp32 = copy.deepcopy(fits["bf16"]).set_precision("fp32")
+    np.testing.assert_array_equal(loaded.reconstruct(data.X[:20]), fp32.reconstruct(data.X[:20]))
+
+
 def test_set_precision_changes_evaluation_only(fits, data):
     fitted = copy.deepcopy(fits["bf16"])
     bf16 = fitted.reconstruct(data.X[:50])
