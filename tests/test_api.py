@@ -2,6 +2,7 @@
 
 import os
 import pickle
+import re
 import socket
 import time
 
@@ -284,6 +285,17 @@ def test_files_whose_states_are_not_tensors_by_name_fail_the_checksum(fitted, tm
     torch.save(payload, path)
     with pytest.raises(ModelFileError, match="fails its checksum"):
         pyro_sparse.load(path)
+
+
+@pytest.mark.parametrize("path", [5, None, ["model.pt"]])
+def test_a_path_that_is_not_a_path_is_named(fitted, path):
+    for call in (fitted.save, pyro_sparse.load):
+        with pytest.raises(TypeError, match=r"a file path is a str or os.PathLike, got " + re.escape(repr(path))):
+            call(path)
+    if path is not None:  # None is Checkpointing's "no file"
+        for name in ("path", "resume_from"):
+            with pytest.raises(ValueError, match=f"{name} must be a file path"):
+                pyro_sparse.Checkpointing(**{name: path})
 
 
 def test_save_through_a_link_replaces_its_target_and_takes_bytes_paths(fitted, tmp_path):

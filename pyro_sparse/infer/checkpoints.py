@@ -15,6 +15,7 @@ random number generator a step draws from (torch, CUDA, numpy, Python's
 import copy
 import json
 import math
+import os
 import random
 import warnings
 from dataclasses import dataclass, field
@@ -154,6 +155,7 @@ class Checkpointer:
 
     def __init__(self, path, every, run_config):
         serialization.check_writable(path)  # not only when the first checkpoint is due
+        _check_replaceable(path)
         self.path, self.every, self.run_config = path, every, run_config
 
     def save(self, snapshot):
@@ -169,6 +171,23 @@ class Checkpointer:
                           "keeps the last checkpoint that was", stacklevel=2)
             return False
         return True
+
+
+def _check_replaceable(path):
+    """
+    Refuse a checkpoint path that holds anything but a checkpoint (a saved
+    model, another file): checkpoints replace the file at their path, and a
+    finished model must not be lost to a run's first checkpoint.
+    """
+    if not os.path.lexists(path):
+        return
+    try:
+        serialization.read(path, CHECKPOINT_FILE)
+    except (serialization.ModelFileError, OSError) as error:
+        raise CheckpointError(
+            f"the checkpoint path {str(path)!r} holds a file that is not a pyro_sparse checkpoint ({error}), which "
+            "checkpoints would replace: choose another path, or move the file"
+        ) from None
 
 
 def save(path, snapshot, run_config):

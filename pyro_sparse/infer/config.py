@@ -16,6 +16,7 @@ any data is read.
 
 import difflib
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
@@ -123,7 +124,8 @@ class Checkpointing:
     :param path: save the whole training state (modules, optimizer,
         learning-rate schedule, random number generators, history) to this
         file every ``every`` epochs, at the end and on divergence, replacing
-        it atomically; ``None``: no checkpoints.
+        it atomically; ``None``: no checkpoints.  A file there that is not a
+        checkpoint (a saved model, say) is refused before training.
     :param int every: epochs between checkpoints.
     :param resume_from: go on from a checkpoint written by a run with the same
         data and settings (``max_epochs`` may differ): the run ends with the same
@@ -152,6 +154,10 @@ class Checkpointing:
     def __post_init__(self):
         _plain_numbers(self)
         _require(is_count(self.every), f"every must be a positive integer (epochs), got {self.every!r}")
+        for name in ("path", "resume_from"):
+            value = getattr(self, name)
+            _require(value is None or isinstance(value, (str, os.PathLike)),
+                     f"{name} must be a file path (str or os.PathLike) or None, got {value!r}")
         _require(self.on_divergence in ("raise", "rollback"),
                  f"on_divergence must be 'raise' or 'rollback', got {self.on_divergence!r}")
         _require(is_count(self.max_rollbacks, minimum=0),

@@ -112,9 +112,16 @@ def _remove_orphans(directory, prefix):
             pass
 
 
+def _fspath(path):
+    """``path`` as a str; a TypeError naming it if it is not a path."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"a file path is a str or os.PathLike, got {path!r}")
+    return os.fsdecode(path)
+
+
 def _target(path):
     """Where writing ``path`` goes: a str path, through any symbolic link."""
-    return os.path.realpath(os.fsdecode(path))
+    return os.path.realpath(_fspath(path))
 
 
 def check_writable(path):
@@ -158,7 +165,7 @@ def write(path, config, states, file_format=MODEL_FILE):
 
 def read(path, file_format=MODEL_FILE):
     """The ``(config, states)`` written by :func:`write`, after every check."""
-    path = os.fsdecode(path)
+    path = _fspath(path)
     name, version, description = file_format
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no {description} at {path!r}")

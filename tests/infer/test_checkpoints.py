@@ -270,6 +270,25 @@ def test_a_checkpoint_path_that_cannot_be_written_is_named_before_training(X, tm
             pyro_sparse.train("vae", X, max_epochs=1, checkpointing=Checkpointing(path=path), **TINY)
 
 
+def test_a_checkpoint_path_holding_a_model_or_another_file_is_refused_before_training(X, tmp_path, monkeypatch):
+    # Checkpoints replace the file at their path: a saved model (or any other file) there must survive.
+    fitted = pyro_sparse.train("vae", X, max_epochs=1, **TINY)
+    fitted.save(tmp_path / "model.pt")
+    (tmp_path / "notes.txt").write_text("results")
+    saved = {name: (tmp_path / name).read_bytes() for name in ("model.pt", "notes.txt")}
+    with monkeypatch.context() as patched:
+        patched.setattr(torch.optim.Adam, "step", lambda *args, **kwargs: pytest.fail("trained first"))
+        for name in saved:
+            with pytest.raises(CheckpointError, match=f"{name}.*not a pyro_sparse checkpoint.*another path"):
+                pyro_sparse.train("vae", X, max_epochs=1, checkpointing=Checkpointing(path=tmp_path / name), **TINY)
+    assert {name: (tmp_path / name).read_bytes() for name in saved} == saved
+    # A checkpoint there (an earlier run's, of another model even) is the path's own file: replaced.
+    pyro_sparse.train("vsc", X, max_epochs=1, checkpointing=Checkpointing(path=tmp_path / "run.ckpt"), **TINY)
+    pyro_sparse.train("vae", X, max_epochs=2, checkpointing=Checkpointing(path=tmp_path / "run.ckpt"), **TINY)
+    config, _ = serialization.read(tmp_path / "run.ckpt", checkpoints.CHECKPOINT_FILE)
+    assert config["run"]["model"] == "vae"
+
+
 def test_saving_keeps_the_files_permissions(X, tmp_path):
     # The temporary file is private (mkstemp: 0600); the saved model must not be.
     fitted = pyro_sparse.train("vae", X, max_epochs=1, **TINY)
