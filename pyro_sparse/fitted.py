@@ -319,7 +319,7 @@ class FittedModel:
         order = np.lexsort((-np.abs(table["weight"].to_numpy()), table["factor"].to_numpy()))
         return table.iloc[order].reset_index(drop=True)
 
-    def support_probability(self, X, num_samples=4):
+    def support_probability(self, X, num_samples=32):
         r"""
         P(\|w_jk\| > δ_jk | X), (G, K): the posterior probability that each
         entry of W lies where the slab of its Spike-and-Slab Lasso prior is
@@ -340,9 +340,10 @@ class FittedModel:
         entry uses its own curvature (the row's others held fixed), and an
         entry not locally concave keeps the prior's probability.  The
         curvature holds G K² float64 numbers.  Switched-off factors
-        (``eta_ == 0``) read 0.  The codes are drawn at
-        random, so repeated calls differ a little (``pyro.set_rng_seed`` makes
-        them repeat).
+        (``eta_ == 0``) read 0.  The codes are drawn with the fit's seed, so a
+        call repeats (a loaded model gives the same answer) and leaves the
+        caller's random stream alone; their Monte Carlo error moves entries
+        near ½ (docs, Results, single cell), which more ``num_samples`` reduce.
         """
         _check_num_samples(num_samples)
         mask_prior = self._prior("W")
@@ -353,10 +354,13 @@ class FittedModel:
         if self.config["likelihood"] == "multinomial":
             raise ValueError("support_probability needs a likelihood that factorises over features; the "
                              "multinomial's softmax couples them")
-        gradient, curvature = mask_log_likelihood_curvature(self.model, self.guide, self._batches(X, batch_size=256),
-                                                            num_samples=num_samples)
-        prior = type(prior)(*(getattr(prior, name).double() for name in ("eta", "lambda0", "lambda1")))
         mask = self.guide.point_estimate("W").detach().double()
+        with forked_rng(mask):
+            torch.manual_seed(self.config["training"]["seed"])
+            gradient, curvature = mask_log_likelihood_curvature(
+                self.model, self.guide, self._batches(X, batch_size=256), num_samples=num_samples
+            )
+        prior = type(prior)(*(getattr(prior, name).double() for name in ("eta", "lambda0", "lambda1")))
         on = torch.as_tensor(self.eta_ > 0, device=mask.device)
         # Where a row's block over the factors in use is not positive definite (a code that is 0 on all of X,
         # say), its entries fall back to their own curvature, the rest of the row held fixed.
@@ -380,7 +384,7 @@ class FittedModel:
         support = torch.where(concave, posterior, tail).cpu().numpy()
         return np.where(self.eta_ > 0, support, 0.0)
 
-    def gene_set_changes(self, X, fdr=None, num_samples=4):
+    def gene_set_changes(self, X, fdr=None, num_samples=32):
         """
         Genes the data move into or out of each gene set of
         ``mask_prior="gene_sets"``, as a pandas DataFrame with their E-step

@@ -195,7 +195,7 @@ class BackedMatrix(OnDisk):
         if matrix.format != "csr":
             raise DataError(
                 f"{where} is stored on disk as {matrix.format.upper()}, whose rows cannot be read one minibatch at a "
-                "time; store it as CSR (adata.X = adata.X.tocsr() before writing) or load it with adata.to_memory()"
+                f"time; store it as CSR ({where} = {where}.tocsr() before writing) or load it with adata.to_memory()"
             )
         if not type(group).__module__.startswith("h5py"):
             raise DataError(f"{where} is in a {type(group).__module__.split('.')[0]} store; backed training reads "

@@ -77,8 +77,12 @@ def read_backed(path):
         raise DataError(f"cannot open {str(path)!r} as an .h5ad file: {error}") from None
 
     def element(key):
-        sparse = file[key].attrs.get("encoding-type") in ("csr_matrix", "csc_matrix")
-        return sparse_dataset(file[key]) if sparse else read_elem(file[key])
+        if file[key].attrs.get("encoding-type") in ("csr_matrix", "csc_matrix"):
+            return sparse_dataset(file[key])
+        warnings.warn(f"{key} of {str(path)!r} is stored dense, so it is read into memory "
+                      f"({file[key].nbytes / 2**20:.0f} MiB); read_backed keeps CSR matrices on disk: to train "
+                      "larger than memory, write it as a scipy.sparse.csr_matrix", stacklevel=3)
+        return read_elem(file[key])
 
     parts = {key: read_elem(file[key]) for key in ("obs", "var", "obsm", "varm", "uns") if key in file}
     layers = {name: element(f"layers/{name}") for name in file.get("layers", {})}

@@ -5,6 +5,7 @@ trains and evaluates as the same data in memory; bad files fail clearly.
 
 import hashlib
 import os
+import re
 
 import numpy as np
 import pytest
@@ -324,6 +325,14 @@ def test_matrices_on_disk_that_cannot_be_read_by_rows(tmp_path, X):
     with pytest.raises(DataError, match=r"adata.X is stored dense on disk.*to_memory\(\)"):
         pyro_sparse.train("ssl_dgm", dense, **QUICK)
     dense.file.close()
+    # read_backed reads a dense matrix whole: said, since its point is to keep matrices on disk.
+    with pytest.warns(UserWarning, match=r"X of '.*dense.h5ad' is stored dense, so it is read into memory \(0 MiB\)"):
+        anndata_io.read_backed(tmp_path / "dense.h5ad")
+    # The fix a message names is for the matrix at fault, a layer here.
+    csc_layer = anndata_io.read_backed(write(tmp_path / "csc_layer.h5ad", X, counts=X.tocsc()))
+    fix = re.escape("adata.layers['counts'] = adata.layers['counts'].tocsr()")
+    with pytest.raises(DataError, match=rf"adata.layers\['counts'\] is stored on disk as CSC.*{fix}"):
+        pyro_sparse.train("ssl_dgm", csc_layer, layer="counts", **QUICK)
 
 
 def test_a_file_whose_csr_arrays_are_not_1d_fails_clearly(path):

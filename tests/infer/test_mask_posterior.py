@@ -90,6 +90,26 @@ def test_support_probability_needs_a_mask():
         fitted.support_probability(data.X)
 
 
+def test_support_probability_repeats_and_leaves_the_callers_stream_alone(tmp_path):
+    # Its codes are drawn with the fit's seed: calls agree (and a loaded model with them), and the caller's
+    # next draw is what it would have been; another fit seed draws other codes.
+    data = synthetic_sparse_dgm(n=60, rho=0.0, seed=0)
+    options = dict(latent_dim=3, hidden_dims=(6,), max_epochs=3, batch_size=30, progress=False, device="cpu")
+    fitted = pyro_sparse.train("ssl_dgm", data.X, seed=0, **options)
+    torch.manual_seed(11)
+    first = fitted.support_probability(data.X, num_samples=2)
+    after = torch.rand(3)
+    torch.manual_seed(11)
+    again = fitted.support_probability(data.X, num_samples=2)
+    np.testing.assert_array_equal(torch.rand(3), after)
+    np.testing.assert_array_equal(first, again)
+    fitted.save(tmp_path / "model.pt")
+    np.testing.assert_array_equal(pyro_sparse.load(tmp_path / "model.pt").support_probability(data.X, num_samples=2),
+                                  first)
+    fitted.config["training"]["seed"] = 1  # same parameters, other draws
+    assert not np.array_equal(fitted.support_probability(data.X, num_samples=2), first)
+
+
 @pytest.mark.filterwarnings("ignore:feature subsampling starts at epoch 0")
 def test_support_probability_runs_in_eval_mode_and_puts_the_modes_back():
     data = synthetic_sparse_dgm(n=80, rho=0.0, seed=0)
