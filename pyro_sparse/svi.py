@@ -598,6 +598,14 @@ class SVIModel:
             guide.load_state_dict(states["guide"])
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise serialization.ModelFileError(f"{path!r} does not match the model it describes: {error}") from None
+        # Training never saves such a model (a divergence keeps the last good epoch): an altered file.
+        broken = [f"{part}.{name}" for part, module in (("model", model), ("guide", guide))
+                  for name, value in [*module.named_parameters(), *module.named_buffers()]
+                  if value.is_floating_point() and (torch.isnan(value).any() or isinstance(value, torch.nn.Parameter)
+                                                    and not torch.isfinite(value).all())]
+        if broken:
+            raise serialization.ModelFileError(f"{path!r} holds NaN or infinite parameters ({', '.join(broken)}); "
+                                               "it was altered or damaged: refit, or load an earlier copy")
         model.to(device)
         guide.to(device)
         if config["training"].get("precision") == "bf16":

@@ -275,6 +275,19 @@ def test_corrupt_and_altered_files_are_refused(fitted, tmp_path):
         pyro_sparse.load(future)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_file_with_non_finite_parameters_is_refused_even_with_a_valid_checksum(fitted, tmp_path, value):
+    from pyro_sparse.io import serialization
+
+    path = tmp_path / "model.pt"
+    fitted.save(path)
+    config, states = serialization.read(path)
+    states["guide"]["unconstrained.W"][0, 0] = value  # rewritten with a fresh checksum
+    serialization.write(path, config, states)
+    with pytest.raises(ModelFileError, match=r"holds NaN or infinite parameters \(guide.unconstrained.W\)"):
+        pyro_sparse.load(path)
+
+
 @pytest.mark.parametrize("states", [torch.zeros(3), [1], {"guide": torch.zeros(2)}, {"guide": {"W": [1.0]}},
                                     {"guide": {"W": torch.eye(2).to_sparse()}}])
 def test_files_whose_states_are_not_tensors_by_name_fail_the_checksum(fitted, tmp_path, states):

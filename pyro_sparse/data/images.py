@@ -446,6 +446,8 @@ def load_fashion_mnist(split="train", normalize=True, root=FASHION_MNIST_ROOT):
     labels = _read_idx(labels_path)
     if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
         raise ValueError(f"unexpected idx shapes: images {images.shape}, labels {labels.shape}")
+    if labels.size and labels.max() > 9:
+        raise ValueError(f"{labels_path} holds labels up to {labels.max()}; Fashion-MNIST's classes are 0..9")
     X = images.reshape(images.shape[0], -1)
     return _finish(X, labels, images.shape[1:], normalize, 255.0)
 

@@ -286,6 +286,10 @@ def test_damaged_idx_files_are_named(tmp_path):
     path.write_bytes(gzip.compress(struct.pack(">BBBB", 0, 0, 0x08, 3) + b"\x00\x00"))  # header cut short
     with pytest.raises(ValueError, match="the idx header of a 3-D array is cut short"):
         load_fashion_mnist(split="test", root=str(tmp_path))
+    _write_idx(tmp_path / "t10k-images-idx3-ubyte", images, compress=True)
+    _write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.array([0, 9, 200, 1, 2], dtype=np.uint8), compress=True)
+    with pytest.raises(ValueError, match="t10k-labels-idx1-ubyte.gz holds labels up to 200; .* 0..9"):
+        load_fashion_mnist(split="test", root=str(tmp_path))
 
 
 def test_fashion_mnist_missing_names_the_install_command(tmp_path):
