@@ -36,6 +36,7 @@ from pyro_sparse.checks import is_count
 from pyro_sparse.data import DataSummary, check_training_data
 from pyro_sparse.data.covariates import CovariateSpec
 from pyro_sparse.distributions.likelihoods import COUNT_LIKELIHOODS, LIKELIHOODS
+from pyro_sparse.distributions.util import fingerprint
 from pyro_sparse.fitted import FittedModel
 from pyro_sparse.guides import GUIDE_FAMILIES, GUIDES
 from pyro_sparse.infer import checkpoints, distributed
@@ -509,6 +510,8 @@ class SVIModel:
             "hyperparameters": {
                 k: _custom_label(v) if k in custom_priors else _jsonable(v) for k, v in hyper.items()
             },
+            # What a file can record of a user's prior object: enough to tell at load whether it is passed again.
+            "custom_priors": {k: fingerprint(v) for k, v in hyper.items() if k in custom_priors},
             # The global batch is sliced across the processes: a resumed run
             # must have as many to continue the same sequence of steps.
             "training": {**settings.record(), "processes": distributed.num_processes()
@@ -636,6 +639,13 @@ def _custom_priors(path, config, priors):
                 )
             if not (isinstance(value, Distribution) or callable(value)):
                 raise TypeError(f"{argument} must be a Pyro distribution or a factory, got {value!r}")
+            recorded_print = config.get("custom_priors", {}).get(argument)  # files of 2026-11-29 on
+            if (_custom_label(value) != recorded if recorded_print is None else fingerprint(value) != recorded_print):
+                warnings.warn(
+                    f"{path!r} was trained with a user-defined {argument} ({recorded[len(_CUSTOM):]}); the "
+                    f"{type(value).__name__} passed differs from it (its class or parameters): the model is evaluated "
+                    "with the one passed, so its likelihoods and KL are not those of the fit", stacklevel=3
+                )
             custom[argument] = value
     return custom
 

@@ -271,6 +271,11 @@ def _check_same_run(saved, current, path, model_state=None):
         names = [name for name in names if name in saved[part]]
         changed += [(name, saved[part].get(name), current[part].get(name)) for name in names
                     if saved[part].get(name) != current[part].get(name)]
+    different_priors = sorted(name for name, digest in saved.get("custom_priors", {}).items()
+                              if current.get("custom_priors", {}).get(name) != digest)
+    if different_priors:
+        raise CheckpointError(f"{where} was written by a run with another user-defined {', '.join(different_priors)} "
+                              "(its class or parameters differ): resume with the prior objects the run started with")
     if changed:
         differences = "; ".join(f"{name}: {old!r} in the checkpoint, {new!r} now" for name, old, new in changed)
         raise CheckpointError(

@@ -3,6 +3,7 @@
 import logging
 import math
 import runpy
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,8 @@ from pyro_sparse import registry
 from pyro_sparse.data import DataSummary
 from pyro_sparse.data.synthetic import synthetic_sparse_dgm
 from pyro_sparse.guides import AmortizedNormalGuide, SpikeSlabGuide, ThresholdedGuide
+from pyro_sparse.infer.checkpoints import CheckpointError
+from pyro_sparse.io import serialization
 from pyro_sparse.priors import (
     DistributionPrior,
     DistributionSitePrior,
@@ -305,6 +308,37 @@ def test_user_priors_round_trip_through_a_file_only_when_passed_again(data, tmp_
         pyro_sparse.load(tmp_path / "named.pt", latent_prior=prior)
 
 
+def test_loading_with_another_prior_than_the_fits_is_said(data, tmp_path):
+    # A file records a digest of the user's prior (class and parameter values): the same prior passed again
+    # (another but equal object) loads quietly, another class or other parameters with a warning.
+    fitted = pyro_sparse.train("vae", data.X, latent_prior=CenteredNormal(0.5), **QUICK)
+    fitted.save(tmp_path / "model.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pyro_sparse.load(tmp_path / "model.pt", latent_prior=CenteredNormal(torch.tensor(0.5, dtype=torch.float64)))
+    for other in (CenteredNormal(2.0), dist.Normal(0.0, 0.5)):
+        with pytest.warns(UserWarning, match=rf"latent_prior \(CenteredNormal\); the {type(other).__name__} passed "
+                                             "differs from it"):
+            pyro_sparse.load(tmp_path / "model.pt", latent_prior=other)
+    # Files written before the digest: the class name is all there is to compare.
+    config, states = serialization.read(tmp_path / "model.pt")
+    del config["custom_priors"]
+    serialization.write(tmp_path / "older.pt", config, states)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pyro_sparse.load(tmp_path / "older.pt", latent_prior=CenteredNormal(2.0))
+    with pytest.warns(UserWarning, match="the Normal passed differs from it"):
+        pyro_sparse.load(tmp_path / "older.pt", latent_prior=dist.Normal(0.0, 0.5))
+    # Resuming a run with another prior is refused.
+    path = tmp_path / "run.ckpt"
+    options = {**QUICK, "max_epochs": 1, "checkpointing": pyro_sparse.Checkpointing(path=path)}
+    pyro_sparse.train("vae", data.X, latent_prior=CenteredNormal(0.5), **options)
+    resume = {**options, "checkpointing": pyro_sparse.Checkpointing(resume_from=path)}
+    with pytest.raises(CheckpointError, match="another user-defined latent_prior"):
+        pyro_sparse.train("vae", data.X, latent_prior=CenteredNormal(0.7), **resume)
+    pyro_sparse.train("vae", data.X, latent_prior=CenteredNormal(0.5), **resume)
+
+
 def test_a_user_mask_prior_is_a_plain_map_term(data):
     fitted = pyro_sparse.train("ssl_dgm", data.X, mask_prior=dist.Laplace(0.0, 1.0), **QUICK)
     prior = fitted.model.site_priors["W"]
@@ -322,6 +356,27 @@ def test_a_user_mask_prior_is_a_plain_map_term(data):
     # W starts at 1 and may never cross 0 in a short fit, so a positive-support prior went unnoticed.
     with pytest.raises(ValueError, match="mask_prior HalfCauchy has support .*real-valued"):
         pyro_sparse.train("ssl_dgm", data.X, mask_prior=dist.HalfCauchy(1.0), **QUICK)
+
+
+def _mixture():
+    return dist.MixtureSameFamily(dist.Categorical(torch.ones(2)), dist.Normal(torch.tensor([-2.0, 2.0]), 0.5))
+
+
+def _used_transformed():
+    # A transform whose inverse has been asked for holds it, and the inverse holds the transform: a cycle.
+    prior = dist.TransformedDistribution(dist.Normal(0.0, 1.0), [dist.transforms.AffineTransform(0.5, 2.0)])
+    prior.log_prob(torch.tensor(0.3))
+    assert prior.transforms[0].inv.inv is prior.transforms[0]
+    return prior
+
+
+@pytest.mark.parametrize("make", [lambda: dist.Gumbel(0.0, 1.0), _used_transformed, _mixture],
+                         ids=["gumbel", "used transformed", "mixture"])
+@pytest.mark.parametrize("model, argument", [("vae", "latent_prior"), ("ssl_dgm", "mask_prior")])
+def test_priors_built_from_transforms_or_mixtures_train(data, make, model, argument):
+    # Pyro's Gumbel is a TransformedDistribution; a MixtureSameFamily's support wraps its components' (real) one.
+    fitted = pyro_sparse.train(model, data.X, **{argument: make()}, **QUICK)
+    assert np.isfinite(fitted.history_["train_loss"][-1])
 
 
 # ------------------------------------------------------ validation, shapes
