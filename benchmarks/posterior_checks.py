@@ -1,5 +1,5 @@
 """
-Posterior checks with ArviZ (``pyro_sparse.diagnostics``) on two fits:
+Posterior checks with ArviZ (``pyro_sparse.evaluation.diagnostics``) on two fits:
 
 * ``ssl_dgm`` on the synthetic data of Moran et al. (2022), Eq. 9 (the
   README's example: ρ = 0.6, K = 5, Table 6 settings): the posterior

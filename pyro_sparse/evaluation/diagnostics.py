@@ -138,6 +138,7 @@ def to_arviz(fitted, X, num_samples=100, feature_names=None, batch_size=256):
         "data_point": _row_names(X, observed.shape[0]),
         "feature": feature_names,
         "latent": np.arange(fitted.config["latent_dim"]),
+        "latent_other": np.arange(fitted.config["latent_dim"]),  # R's second axis
     }
     return _arviz_data(
         _groups(fitted, latents, observed, replicated, log_likelihood, coords),

@@ -163,4 +163,5 @@ def test_arviz_export_holds_the_correlation_matrix_and_the_active_factors():
         fitted.guide.unconstrained["W"][:, 2] = 0.0
     posterior = fitted.to_arviz(X[:8], num_samples=2)["posterior"]
     np.testing.assert_allclose(posterior["latent_correlation"].values[0, 0], fitted.latent_correlation_, rtol=1e-6)
+    assert posterior["latent_correlation"]["latent_other"].values.tolist() == [0, 1, 2]
     assert posterior.attrs["active_factors"] == "0 1"
