@@ -276,7 +276,7 @@ def run_variational(args, data, row, seed):
     rec["train_loss"] = losses
     rec["epoch_spikes"] = epoch_spikes(losses, args.epochs / 4)
     V = data.validation
-    A = fitted.guide.point_estimate("A").detach().cpu()
+    A = torch.as_tensor(fitted.dictionary_)
     codes = fitted.transform(V)
     rec.update(sparse_coding_report(V, A, codes, LAM).as_dict())
     rec["dead_atoms_train"] = len(dead_atoms(fitted.transform(data.train[:TRAIN_USAGE_POINTS])))

@@ -439,6 +439,17 @@ class FittedModel:
         return self._point("W")
 
     @property
+    def dictionary_(self):
+        """
+        The dictionary A of a linear decoder (``decoder="linear"``: x ≈ A z), (G, K);
+        column k is atom k (under ``shared_atom_norm``, the default, all share one norm).
+        """
+        if "A" not in self.guide.unconstrained:
+            raise AttributeError(f"model {self.config['model']!r} has no linear dictionary (train it with "
+                                 "decoder='linear')")
+        return self._point("A")
+
+    @property
     def latent_correlation_(self):
         """
         The correlation matrix R of the Gaussian prior of z, (K, K): learned

@@ -78,7 +78,9 @@ def dictionary_grid(dictionary, patch_shape=None, order="norm"):
     between tiles). Each atom is reshaped (row-major) to ``patch_shape``
     (default: square, G = p²) and scaled to its largest absolute value, so
     the tiles are in [-1, 1]; ``order="norm"`` puts the atoms in decreasing
-    norm, as the paper's Figs. 10-17, ``None`` keeps their order.
+    norm, as the paper's Figs. 10-17, with atoms of equal norm (to four
+    digits; all of them under ``shared_atom_norm``) in their own order, and
+    ``None`` keeps their order.
     """
     A = _matrix(dictionary, "dictionary")
     G, K = A.shape
@@ -95,7 +97,10 @@ def dictionary_grid(dictionary, patch_shape=None, order="norm"):
         raise ValueError(f"patch_shape {tuple(patch_shape)} has {height * width} pixels, the atoms have {G}")
     if order not in ("norm", None):
         raise ValueError(f"order must be 'norm' or None, got {order!r}")
-    atoms = np.argsort(-np.linalg.norm(A, axis=0), kind="stable") if order == "norm" else np.arange(K)
+    norms = np.linalg.norm(A, axis=0)
+    # Rounded, so that norms equal but for float rounding (shared atom norms) do not reorder the atoms.
+    key = np.round(norms / norms.max(), 4) if norms.max() > 0 else norms
+    atoms = np.argsort(-key, kind="stable") if order == "norm" else np.arange(K)
     columns = math.ceil(math.sqrt(K))
     rows = math.ceil(K / columns)
     grid = np.full((rows * (height + 1) + 1, columns * (width + 1) + 1), np.nan)

@@ -52,6 +52,9 @@ def test_dictionary_grid_tiles_atoms_by_norm():
     assert np.isnan(grid[0]).all() and np.isnan(grid[-5:-1, -5:-1]).all()  # gaps, and two empty slots
     np.testing.assert_allclose(dictionary_grid(A, order=None)[1:5, 1:5], A[:, 0].reshape(4, 4) / np.abs(A[:, 0]).max())
     assert dictionary_grid(np.zeros((4, 2)), patch_shape=(2, 2))[1:3, 1:3].tolist() == [[0, 0], [0, 0]]
+    # Atoms of one norm but for float rounding (shared atom norms) keep their order.
+    shared = A / np.linalg.norm(A, axis=0) * (1 + rng.uniform(-1e-7, 1e-7, size=7))
+    np.testing.assert_array_equal(dictionary_grid(shared), dictionary_grid(shared, order=None))
 
 
 def test_dictionary_grid_names_a_patch_size_mismatch():
