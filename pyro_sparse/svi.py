@@ -456,19 +456,24 @@ class SVIModel:
         caller's own argument names, offered where an option misspells one.
         """
         self.check_options(name, hyper, keywords)
-        if not hyper.get("sparse_restart"):
-            return self._fit_once(name, dataset, latent_dim, settings, hyper)
-        if settings.checkpointing.resume_from is not None:
+        if hyper.get("sparse_restart") and settings.checkpointing.resume_from is not None:
             raise ValueError("sparse_restart fits more than once and cannot resume from a checkpoint: fit again "
                              "without resume_from, or resume a fit made without sparse_restart")
         fitted = self._fit_once(name, dataset, latent_dim, settings, hyper)  # the prior checks sparse_restart
-        prior = next(p for p in fitted.model.site_priors.values() if hasattr(p, "restart_support"))
-        earlier = []
-        for _ in range(prior.sparse_restart):
-            earlier.append(list(fitted.history_["train_loss"]))
-            fitted = self._fit_once(name, dataset, latent_dim, settings,
-                                    {**hyper, "initial_support": prior.restart_support(fitted.W_)})
-        fitted.history_["earlier_fits_train_loss"] = earlier
+        if hyper.get("sparse_restart"):
+            prior = next(p for p in fitted.model.site_priors.values() if hasattr(p, "restart_support"))
+            earlier = []
+            for _ in range(prior.sparse_restart):
+                earlier.append(list(fitted.history_["train_loss"]))
+                fitted = self._fit_once(name, dataset, latent_dim, settings,
+                                        {**hyper, "initial_support": prior.restart_support(fitted.W_)})
+            fitted.history_["earlier_fits_train_loss"] = earlier
+        if "W" in fitted.guide.unconstrained and fitted.active_factors_.size == 0:
+            warnings.warn(
+                "every entry of W is 0 at the end of training: the decoder reads no factor, so the codes carry "
+                "nothing and top_features is empty.  The mask prior's penalty outweighed what the data gave each "
+                "factor in this many steps: train longer (the penalty ramps in with the KL warm-up, a quarter of "
+                "max_epochs), or lower lambda0", stacklevel=3)
         return fitted
 
     def _fit_once(self, name, dataset, latent_dim, settings, hyper):

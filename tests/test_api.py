@@ -5,6 +5,7 @@ import pickle
 import re
 import socket
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -74,6 +75,27 @@ def test_count_and_binary_likelihoods_train(likelihood):
         np.testing.assert_allclose(probabilities.sum(1), 1.0, atol=1e-5)
     with pytest.raises(AttributeError):
         fitted.sigma2_
+
+
+def test_a_fit_that_switches_every_factor_off_says_so(data, monkeypatch):
+    # A short fit can end with W all 0 (seen on MovieLens at 10-20 epochs): said, not left to an empty top_features.
+    from pyro_sparse.svi import SVIModel
+
+    fit_once = SVIModel._fit_once
+
+    def zeroed(self, *args, **kwargs):
+        fitted = fit_once(self, *args, **kwargs)
+        if "W" in fitted.guide.unconstrained:
+            with torch.no_grad():
+                fitted.guide.unconstrained["W"].zero_()  # W's support is the real line: 0 is 0
+        return fitted
+
+    monkeypatch.setattr(SVIModel, "_fit_once", zeroed)
+    with pytest.warns(UserWarning, match="every entry of W is 0 at the end of training.*train longer"):
+        pyro_sparse.train("ssl_dgm", data.X, **QUICK)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pyro_sparse.train("vae", data.X, **QUICK)  # no mask, nothing to say
 
 
 def test_save_load_roundtrip(fitted, data, tmp_path):
