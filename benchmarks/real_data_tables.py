@@ -230,24 +230,10 @@ def fold_in_ranking(fitted, X, seed, hide_fraction=0.2, min_items=5):
     hide ``hide_fraction`` of each user's items, encode the rest and rank the
     unobserved items by E[x | E_q z].
     """
-    rng = np.random.default_rng(seed)
-    users = np.flatnonzero(X.sum(1) >= min_items)
-    observed, hidden = X[users].copy(), []
-    for row in observed:
-        items = np.flatnonzero(row)
-        held = rng.choice(items, size=max(1, round(hide_fraction * items.size)), replace=False)
-        row[held] = 0
-        hidden.append(held)
+    _, observed, hidden = evaluation.hide_items(X, hide_fraction, min_items, seed)
     scores = fitted.reconstruct(observed)
-    scores[observed > 0] = -np.inf
-    ranking = np.argsort(-scores, axis=1, kind="stable")
-    recalls, ndcgs = [], []
-    discount = 1 / np.log2(np.arange(2, 12))
-    for top, held in zip(ranking, hidden):
-        hits = np.isin(top[:10], held)
-        recalls.append(hits[:5].sum() / min(5, held.size))
-        ndcgs.append((hits * discount).sum() / discount[: min(10, held.size)].sum())
-    return float(np.mean(recalls)), float(np.mean(ndcgs))
+    return (evaluation.recall_at_k(scores, hidden, 5, exclude=observed > 0),
+            evaluation.ndcg_at_k(scores, hidden, 10, exclude=observed > 0))
 
 
 def cell_type_prediction(fitted, X_train, y_train, X_test, y_test):

@@ -25,6 +25,11 @@ from pyro_sparse.evaluation.likelihood import (
     heldout_nll,
     mse,
 )
+from pyro_sparse.evaluation.ranking import (
+    hide_items,
+    ndcg_at_k,
+    recall_at_k,
+)
 from pyro_sparse.evaluation.stability import (
     FactorStability,
     active_factors,
@@ -52,12 +57,15 @@ __all__ = [
     "feature_collapse",
     "gradient_snr",
     "heldout_nll",
+    "hide_items",
     "importance_matrix",
     "linear_probe_accuracy",
     "match_factors",
     "mse",
     "multi_information",
+    "ndcg_at_k",
     "posterior_collapse",
+    "recall_at_k",
     "support_f_score",
     "support_jaccard",
 ]
