@@ -60,6 +60,8 @@ def train(model="ssl_dgm", data=None, *, latent_dim=5, likelihood="gaussian", ma
     """
     entry = registry.get_entry(model)
     likelihood = check_likelihood(likelihood)
+    if likelihood not in entry.likelihoods:  # before the data are checked against a likelihood it does not fit
+        entry.check_likelihood(likelihood)
     if data is None:
         raise DataError("train() needs data: an (N x G) array, tensor, sparse matrix or AnnData")
     if not is_count(latent_dim):

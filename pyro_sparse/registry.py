@@ -4,8 +4,10 @@ Models by name: ``train(model=NAME)`` looks the name up here.
 Adding a model is a model file in ``models/``, a guide file in ``guides/``
 when its latent prior needs a new guide family, and one line below.  An
 entry is either an :class:`~pyro_sparse.svi.SVIModel` (a Pyro model fitted
-by SVI) or any object with the same ``summary``, ``option_names``, ``fit``
-and ``load`` (``nmf``, fitted by scikit-learn); a ``fit`` that takes
+by SVI) or any object with the same ``summary``, ``likelihoods``,
+``option_names``, ``fit`` and ``load`` (``nmf``, fitted by scikit-learn), and a
+``check_likelihood`` that names a likelihood outside ``likelihoods`` before the
+data are checked against it; a ``fit`` that takes
 ``keywords`` gets ``train``'s own argument names, to offer where an unknown
 option misspells one.
 """

@@ -25,6 +25,15 @@ _LOSSES = {
 }
 
 
+def _check_likelihood(likelihood):
+    if likelihood not in _LOSSES:
+        raise ValueError(
+            f"nmf supports the likelihoods {sorted(_LOSSES)}, got {likelihood!r}; fit "
+            + ("binary data" if likelihood == "bernoulli" else "counts")
+            + " with likelihood='multinomial' (the Kullback-Leibler loss: Poisson maximum likelihood)"
+        )
+
+
 def _as_float64(matrix):
     return matrix.astype(np.float64) if sp.issparse(matrix) else matrix.numpy().astype(np.float64)
 
@@ -83,12 +92,7 @@ class FittedNMF:
         Fit to ``matrix`` (a CPU float32 tensor or CSR matrix, as a
         :class:`~pyro_sparse.data.Dataset` holds it).
         """
-        if likelihood not in _LOSSES:
-            raise ValueError(
-                f"nmf supports the likelihoods {sorted(_LOSSES)}, got {likelihood!r}; fit "
-                + ("binary data" if likelihood == "bernoulli" else "counts")
-                + " with likelihood='multinomial' (the Kullback-Leibler loss: Poisson maximum likelihood)"
-            )
+        _check_likelihood(likelihood)
         if not alpha >= 0:
             raise ValueError(f"alpha must be non-negative, got {alpha}")
         if not 0 <= l1_ratio <= 1:
@@ -236,6 +240,10 @@ class NMF:
     summary = "non-negative matrix factorisation (scikit-learn), Poisson (KL) or Gaussian (Frobenius) loss"
     likelihoods = tuple(_LOSSES)
     _OPTIONS = ("alpha", "l1_ratio", "max_iter", "tol")
+
+    def check_likelihood(self, likelihood):
+        """A ValueError, with what to fit instead, for a likelihood NMF has no loss for."""
+        _check_likelihood(likelihood)
 
     def option_names(self, latent_prior=None, mask_prior=None):
         """The hyperparameters ``train("nmf", ...)`` accepts (priors do not apply)."""

@@ -432,8 +432,9 @@ def test_nmf_bad_input_is_named(counts):
     train, _ = counts
     with pytest.raises(DataError, match="non-negative"):
         pyro_sparse.train("nmf", -np.abs(train[:, :5]) - 1.0, latent_dim=2)
-    with pytest.raises(ValueError, match="likelihoods.*got 'bernoulli'; fit binary data with likelihood='multinomial'"):
-        pyro_sparse.train("nmf", (train > 0).astype(float), latent_dim=2, likelihood="bernoulli")
+    for data in ((train > 0).astype(float), train):  # counts too: the likelihood is named before the data's values
+        with pytest.raises(ValueError, match="likelihoods.*got 'bernoulli'; fit binary data with likelihood='multi"):
+            pyro_sparse.train("nmf", data, latent_dim=2, likelihood="bernoulli")
     with pytest.raises(ValueError, match="got 'poisson'; fit counts with likelihood='multinomial'"):
         pyro_sparse.train("nmf", train, latent_dim=2, likelihood="poisson")
     with pytest.raises(TypeError, match=r"no option\(s\) \['lambda0'\]"):
