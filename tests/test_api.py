@@ -167,7 +167,7 @@ def test_validation_and_early_stopping(data):
         (np.array([[1.0, -2.0], [3.0, 1.0]]), "multinomial", "negative"),
         (np.array([[1.5, 2.0], [3.0, 1.0]]), "multinomial", "non-integer"),
         (np.array([[0.0, 0.0], [3.0, 1.0]]), "multinomial", "no counts"),
-        (np.array([[0.0, 2.0], [1.0, 1.0]]), "bernoulli", r"outside \{0, 1\}"),
+        (np.array([[0.0, 2.0], [1.0, 1.0]]), "bernoulli", r"outside \{0, 1\} in 1 row \(e.g. row 0\)"),
     ],
 )
 def test_bad_data_is_named(X, likelihood, message):

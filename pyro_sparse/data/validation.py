@@ -232,10 +232,12 @@ def check_values(matrix, likelihood, name="data"):
         if np.any(row_totals == 0):
             raise DataError(
                 f"{name} has {_rows(int(np.sum(row_totals == 0)))} with no counts; the {likelihood} likelihood "
-                "needs at least one count per row (drop empty cells, e.g. scanpy.pp.filter_cells(adata, min_counts=1))"
+                "needs at least one count per row, whose total scales it (drop the empty rows: cells without "
+                "counts, e.g. scanpy.pp.filter_cells(adata, min_counts=1), or documents without words)"
             )
     elif likelihood == "bernoulli" and not np.all((values == 0) | (values == 1)):
-        raise DataError(f"{name} has values outside {{0, 1}}; the bernoulli likelihood needs binary data")
+        raise DataError(f"{name} has values outside {{0, 1}} in {_rows_where(matrix, lambda v: (v != 0) & (v != 1))}; "
+                        "the bernoulli likelihood needs binary data")
 
 
 def check_training_data(summary, likelihood):

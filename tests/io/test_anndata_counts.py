@@ -173,7 +173,7 @@ def test_library_sizes_the_model_was_trained_with_are_required(adata):
 
 def test_nmf_refuses_covariates(adata):
     with pytest.raises(ValueError, match="'nmf' takes no covariates"):
-        pyro_sparse.train("nmf", adata, likelihood="poisson", layer="counts", batch_key="batch", latent_dim=3)
+        pyro_sparse.train("nmf", adata, likelihood="multinomial", layer="counts", batch_key="batch", latent_dim=3)
 
 
 def test_zinb_normalized_expression_is_the_negative_binomials_without_the_dropout_gate(adata):
