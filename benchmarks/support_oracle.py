@@ -23,7 +23,9 @@ sparse VAE is fitted
   (``restart_half``);
 * pruned at epoch 150: entries with |w| below 0.3 / 0.5 / 0.75 set to zero
   and held there (``prune30`` ...), or let back in by the zero test
-  (``prune50_reentry``).
+  (``prune50_reentry``);
+* with the decoder's gain fixed (``decoder_gain="fixed"``), free and at the
+  true support (``fixed_gain``, ``oracle_fixed_gain``).
 
 Each row: final training loss (-ELBO per point, priors included: the
 objective), heldout NLL (50 importance draws), DCI, F(W) (E[γ] > 0.5), the
@@ -36,6 +38,8 @@ the second generator's Bernoulli variant, ``support_oracle_correlated_bernoulli`
     python benchmarks/support_oracle.py --generator eq9 --data-seeds 0,1,2,3,4 --variants free,oracle
     python benchmarks/support_oracle.py --likelihood bernoulli --level 0.3 --data-seeds 0,1 \
         --variants free,oracle,oracle_init
+    python benchmarks/support_oracle.py --likelihood bernoulli --data-seeds 0,1 \
+        --variants free,oracle,fixed_gain,oracle_fixed_gain
 """
 
 import argparse
@@ -68,6 +72,8 @@ VARIANTS = {
     "prune50": {"prune": (150, 0.5, True)},
     "prune75": {"prune": (150, 0.75, True)},
     "prune50_reentry": {"prune": (150, 0.5, False)},
+    "fixed_gain": {"decoder_gain": "fixed"},
+    "oracle_fixed_gain": {"oracle": True, "decoder_gain": "fixed"},
 }
 RECORD_EPOCHS = 20
 
