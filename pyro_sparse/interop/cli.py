@@ -155,24 +155,26 @@ def read_data(source, n=1000, rho=0.6, seed=0):
 
 
 def _mask(fitted):
-    """ssl_dgm's (G x K) decoder mask, or None (oi_vae's W is (groups, K, p); nmf and the VAEs have none)."""
-    guide = getattr(fitted, "guide", None)
-    if guide is None or "W" not in guide.unconstrained:
+    """The (G x K) loadings W: ssl_dgm's decoder mask or nmf's; None for the VAEs' (none) and oi_vae's (groups, K, p)."""
+    try:
+        W = fitted.W_
+    except AttributeError:
         return None
-    W = fitted.W_
     return W if W.ndim == 2 else None
 
 
 def _has_ssl_prior(fitted):
-    return _mask(fitted) is not None and hasattr(fitted.model.site_priors["W"], "eta")
+    site_priors = getattr(getattr(fitted, "model", None), "site_priors", {})  # nmf has no Pyro model
+    return _mask(fitted) is not None and hasattr(site_priors.get("W"), "eta")
 
 
 def _describe(fitted, names, heldout):
     """Lines reporting what was learned; ``heldout`` is fresh synthetic data with its truth, or None."""
     lines = []
     W = _mask(fitted)
-    if W is not None:
+    if W is not None and hasattr(fitted, "active_factors_"):  # nmf uses all its factors
         lines.append(f"factors in use: {len(fitted.active_factors_)} of {W.shape[1]} (columns of W not exactly zero)")
+    if W is not None:
         if _has_ssl_prior(fitted):
             lines.append(f"eta (share of features per factor): {np.array2string(fitted.eta_, precision=3)}")
         if W.shape[0] <= 30:
@@ -189,7 +191,7 @@ def _describe(fitted, names, heldout):
         lines.append(f"heldout MSE: {evaluation.mse(heldout.X, fitted.reconstruct(heldout.X)):.3f} (noise variance 0.5)")
         lines.append(f"heldout NLL per point: {evaluation.heldout_nll(fitted.heldout_log_likelihood(heldout.X, 50)):.3f}")
         lines.append(f"DCI disentanglement vs true factors: {evaluation.dci_disentanglement(z, heldout.z):.3f}")
-        if W is not None:
+        if W is not None and hasattr(fitted, "support_"):  # nmf's loadings have no support to score
             matching = evaluation.match_factors(z, heldout.z)
             score = evaluation.support_f_score(fitted.support_, heldout.support, matching)
             lines.append(f"F-score of the support of W vs the truth: {score:.3f}")

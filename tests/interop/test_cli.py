@@ -39,6 +39,10 @@ def test_every_registered_model_trains_from_the_command_line(tmp_path, model):
     import pyro_sparse
 
     assert pyro_sparse.load(out / "model.pt").transform(X).shape == (60, 3)
+    if model == "nmf":  # loadings without a mask prior: reported and saved too
+        summary = json.loads((out / "summary.json").read_text())
+        assert np.asarray(summary["W"]).shape == (5, 3) and "W.png" in {p.name for p in out.iterdir()}
+        assert any("top features" in line for line in summary["report"])
 
 
 @pytest.mark.parametrize("kind", ["csv", "csv-header", "csv-bom", "csv-trailing", "txt", "txt-commas", "npy",
