@@ -165,7 +165,7 @@ def _mask(fitted):
 
 def _has_ssl_prior(fitted):
     site_priors = getattr(getattr(fitted, "model", None), "site_priors", {})  # nmf has no Pyro model
-    return _mask(fitted) is not None and hasattr(site_priors.get("W"), "eta")
+    return _mask(fitted) is not None and "W" in site_priors and hasattr(site_priors["W"], "eta")
 
 
 def _describe(fitted, names, heldout):
