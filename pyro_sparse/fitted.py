@@ -77,6 +77,23 @@ def history_frame(history):
     return pd.DataFrame({k: v for k, v in series.items() if v}).rename_axis("epoch")
 
 
+def loadings_table(W, names=None, inclusion=None):
+    """
+    ``W`` (features x factors) as a DataFrame of its non-zero entries:
+    ``feature``, ``factor``, ``weight`` and, given ``inclusion`` (W's shape),
+    ``inclusion_probability``; sorted by factor, then ``|W_jk|``.
+    """
+    import pandas as pd  # only this function needs pandas
+
+    names = np.asarray(feature_labels(names, W.shape[0]))
+    rows, factors = np.nonzero(W)
+    table = pd.DataFrame({"feature": names[rows], "factor": factors, "weight": W[rows, factors]})
+    if inclusion is not None:
+        table["inclusion_probability"] = inclusion[rows, factors]
+    order = np.lexsort((-np.abs(table["weight"].to_numpy()), table["factor"].to_numpy()))
+    return table.iloc[order].reset_index(drop=True)
+
+
 def top_features(W, k=5, names=None):
     """
     For each column of ``W`` (features x factors), the ``k`` features with the
@@ -304,20 +321,14 @@ class FittedModel:
         entry: ``feature`` (gene), ``factor``, ``weight`` W_jk and, for the SSL
         prior, ``inclusion_probability`` E[γ_jk]; sorted by factor, then ``|W_jk|``.
         """
-        import pandas as pd  # only this method needs pandas
-
         W = self.W_
         if W.ndim != 2:
             raise AttributeError(f"model {self.config['model']!r} has no features x factors mask")
-        names = np.asarray(feature_labels(names if names is not None else self.config.get("feature_names"), W.shape[0]))
-        rows, factors = np.nonzero(W)
-        table = pd.DataFrame({"feature": names[rows], "factor": factors, "weight": W[rows, factors]})
         try:
-            table["inclusion_probability"] = self.inclusion_probs_[rows, factors]
+            inclusion = self.inclusion_probs_
         except AttributeError:
-            pass
-        order = np.lexsort((-np.abs(table["weight"].to_numpy()), table["factor"].to_numpy()))
-        return table.iloc[order].reset_index(drop=True)
+            inclusion = None
+        return loadings_table(W, names if names is not None else self.config.get("feature_names"), inclusion)
 
     def support_probability(self, X, num_samples=32):
         r"""

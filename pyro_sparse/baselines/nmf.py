@@ -13,7 +13,7 @@ from sklearn.decomposition import non_negative_factorization
 
 from pyro_sparse.data import DataError, DataSummary
 from pyro_sparse.data.validation import OnDisk
-from pyro_sparse.fitted import evaluation_data, history_frame, top_features
+from pyro_sparse.fitted import evaluation_data, history_frame, loadings_table, top_features
 from pyro_sparse.infer.config import unknown_options_error
 from pyro_sparse.io import anndata as anndata_io
 from pyro_sparse.io import serialization
@@ -159,6 +159,10 @@ class FittedNMF:
     def top_features(self, k=5, names=None):
         """For each factor, the ``k`` features with the largest loadings that are non-zero."""
         return top_features(self.W_, k, names if names is not None else self.config.get("feature_names"))
+
+    def loadings(self, names=None):
+        """W as a table (pandas DataFrame): one row per non-zero loading, ``feature``, ``factor``, ``weight``."""
+        return loadings_table(self.W_, names if names is not None else self.config.get("feature_names"))
 
     def history_frame(self):
         """The fit's training loss (scikit-learn's final reconstruction error) as a DataFrame indexed by epoch."""

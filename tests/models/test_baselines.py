@@ -376,6 +376,10 @@ def test_nmf_transform_and_loadings(counts):
     probabilities = fitted.reconstruct(test)
     np.testing.assert_allclose(probabilities.sum(1), 1.0)
     assert len(fitted.top_features(4)) == 3
+    table = fitted.loadings()  # one row per non-zero loading, as ssl_dgm's
+    assert list(table.columns) == ["feature", "factor", "weight"] and len(table) == np.count_nonzero(fitted.W_)
+    first = table[table.factor == 0].iloc[0]
+    assert first.weight == fitted.W_[:, 0].max() and first.feature == fitted.W_[:, 0].argmax()  # indices without names
     assert list(fitted.history_frame().columns) == ["train_loss"] and len(fitted.history_frame()) == 1
     anndata = pytest.importorskip("anndata")
     adata = anndata.AnnData(test.astype(np.float32))
