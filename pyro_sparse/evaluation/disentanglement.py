@@ -81,7 +81,9 @@ def importance_matrix(z_est, z_true, random_state=0):
     if n > _MAX_ROWS:
         rows = rng.choice(n, size=_MAX_ROWS, replace=False)
         z_est, z_true = z_est[rows], z_true[rows]
-    features = _standardize(z_est)
+    # The codes go in as they are: trees need no scaling, and centring a heavy-tailed code before the
+    # regressor's float32 cast would merge its small values into ties.
+    features = z_est
     targets = _standardize(z_true)
 
     K, J = z_est.shape[1], z_true.shape[1]
@@ -105,10 +107,12 @@ def dci_from_importance(R):
     score is ``sum_k rho_k D_k`` with ``rho_k = sum_j R[k, j] / sum R``.
 
     Codes with zero total importance get weight 0, so unused (e.g. collapsed
-    or surplus) codes neither help nor hurt. A single factor (J == 1) is
-    refused: the base-J entropy is undefined there, and any code, even noise,
-    would read as perfectly disentangled. If no code has any importance at
-    all the score is 0.0.
+    or surplus) codes neither help nor hurt; likewise factors that no code
+    predicts at all (a constant factor) are left out of J, so they do not
+    widen the entropy's base. A single factor (J == 1) is refused: the
+    base-J entropy is undefined there, and any code, even noise, would read
+    as perfectly disentangled. If no code has any importance at all the
+    score is 0.0.
 
     Parameters
     ----------
@@ -124,14 +128,17 @@ def dci_from_importance(R):
         raise ValueError(f"R must be a non-empty 2-D (codes x factors) array, got shape {R.shape}")
     if not np.all(np.isfinite(R)) or np.any(R < 0):
         raise ValueError("R must contain finite, non-negative importances")
-    J = R.shape[1]
-    if J == 1:
+    if R.shape[1] == 1:
         raise ValueError("DCI disentanglement needs at least 2 true factors: with one, the base-J entropy is "
                          "undefined and every code would score 1 (use completeness or informativeness)")
+    if not R.any():
+        return 0.0
+    R = R[:, R.any(axis=0)]  # factors no code predicts (constant ones) are not in J
+    J = R.shape[1]
+    if J == 1:
+        raise ValueError("DCI disentanglement needs at least 2 true factors that vary: all but one are constant")
     code_totals = R.sum(axis=1)
     total = code_totals.sum()
-    if total == 0:
-        return 0.0
     used = code_totals > 0
     P = R[used] / code_totals[used, None]
     # 0 log 0 is taken as 0 (its limit), so a code relevant to only some

@@ -38,6 +38,8 @@ def _top_k(scores, heldout, k, exclude):
                          f"{heldout.shape}")
     if not (isinstance(k, (int, np.integer)) and not isinstance(k, bool) and 1 <= k <= scores.shape[1]):
         raise ValueError(f"k must be an integer in 1..{scores.shape[1]} (the items), got {k!r}")
+    if np.isnan(scores).any():
+        raise ValueError("scores contain NaN: a NaN has no rank (a diverged model?)")
     if not heldout.any(1).all():
         raise ValueError("every user needs at least one held-out item")
     if exclude is not None:

@@ -71,12 +71,13 @@ def _jaccard(a, b):
 def active_factors(codes, support=None, min_variance=ACTIVE_CODE_VARIANCE):
     """
     The factors a fit uses: columns of ``support`` (features x factors) with
-    at least one feature, else codes whose variance across the data points
-    exceeds ``min_variance`` (0.01 suits codes of a unit-variance prior; set
-    it for codes on another scale).
+    at least one feature and a code that varies over the data points (a
+    constant code is a bias, not a factor), else codes whose variance across
+    the data points exceeds ``min_variance`` (0.01 suits codes of a
+    unit-variance prior; set it for codes on another scale).
     """
     if support is not None:
-        return np.flatnonzero(np.asarray(support).any(0))
+        return np.flatnonzero(np.asarray(support).any(0) & (np.ptp(np.asarray(codes), axis=0) > 0))
     if not (np.isfinite(min_variance) and min_variance >= 0):
         raise ValueError(f"min_variance must be a finite number >= 0, got {min_variance!r}")
     codes = np.asarray(codes)

@@ -60,9 +60,28 @@ def test_dci_hand_computed_unequal_split():
 
 
 def test_dci_entropy_uses_base_J():
-    # Half/half over 2 of 3 factors: H_3 = log 2 / log 3, not 1.
-    R = np.array([[1.0, 1.0, 0.0]])
-    assert dci_from_importance(R) == pytest.approx(1.0 - np.log(2) / np.log(3))
+    # Code 0 half/half over 2 of 3 factors: H_3 = log 2 / log 3, not 1; code 1 pure.  Weights 2/3 and 1/3.
+    R = np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    assert dci_from_importance(R) == pytest.approx(2 / 3 * (1.0 - np.log(2) / np.log(3)) + 1 / 3)
+
+
+def test_dci_leaves_out_factors_no_code_predicts():
+    # A constant true factor has an all-zero column: it must not widen the base (codes mixing the two real
+    # factors equally score 0, not 1 - log 2 / log 3).
+    assert dci_from_importance(np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])) == pytest.approx(0.0)
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(1000, 3))
+    mixed = z @ np.array([[1.0, 1.0, -1.0], [1.0, -1.0, 1.0], [-1.0, 1.0, 1.0]])
+    with_constant = np.c_[z, np.ones(1000)]
+    assert dci_disentanglement(mixed, with_constant) == pytest.approx(dci_disentanglement(mixed, z))
+    with pytest.raises(ValueError, match="all but one are constant"):
+        dci_from_importance(np.array([[1.0, 0.0], [2.0, 0.0]]))
+
+
+def test_dci_is_invariant_to_a_heavy_tailed_monotone_code():
+    # exp(10 z) spans 1e±13: centred before the regressor's float32 cast, its small values merged into ties.
+    z = np.random.default_rng(0).normal(size=(1000, 3))
+    assert dci_disentanglement(np.exp(10 * z), z) == pytest.approx(dci_disentanglement(z, z), abs=0.02)
 
 
 def test_dci_unused_codes_get_zero_weight():

@@ -59,6 +59,7 @@ def test_hide_items_hides_a_share_of_each_eligible_users_items():
     (lambda: ndcg_at_k(np.zeros((2, 3)), np.eye(2, 3, dtype=bool) * [[1], [0]], k=2), "at least one held-out item"),
     (lambda: recall_at_k(np.zeros((2, 3)), np.ones((2, 3), dtype=bool), k=2, exclude=np.zeros(3)), "exclude must have"),
     (lambda: hide_items(np.ones((3, 5)), fraction=1.0), r"fraction .* in \(0, 1\)"),
+    (lambda: recall_at_k(np.full((1, 4), np.nan), np.array([[1, 1, 0, 0]], dtype=bool), k=2), "NaN"),
 ])
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):

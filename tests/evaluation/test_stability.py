@@ -33,12 +33,16 @@ def test_a_missing_factor_counts_zero(codes):
 
 
 @pytest.mark.parametrize("value", [0.0, 0.3, 1 / 3, 0.7])
-def test_constant_codes_correlate_with_nothing_whatever_their_value(codes, value):
-    # A dead code in the support: its sd rounds to 6e-17 at 0.3, and two such columns scored |corr| = 1.
+def test_constant_codes_are_no_factors_whatever_their_value(codes, value):
+    # A dead code whose column of W still reads features is a bias, not a factor: identical fits agree at 1
+    # (its sd rounds to 6e-17 at 0.3; two such columns once scored |corr| = 1, and then 0 against each other).
     support = np.array([[1, 0], [0, 1], [1, 1]], dtype=bool)
     dead = [np.c_[codes[:, 0], np.full(len(codes), value)] for _ in range(2)]
-    assert code_stability(dead, [support, support]).code_correlation == pytest.approx(0.5)
-    assert code_stability(dead, min_variance=0.0).code_correlation == pytest.approx(1.0)  # only the live code
+    assert code_stability(dead, [support, support]).code_correlation == pytest.approx(1.0)
+    assert code_stability(dead, min_variance=0.0).code_correlation == pytest.approx(1.0)
+    # Against a fit whose second code is alive, the dead one is a factor missing: it counts 0.
+    alive = np.c_[codes[:, 0], codes[:, 1]]
+    assert code_stability([dead[0], alive], [support, support]).code_correlation == pytest.approx(0.5)
 
 
 def test_rotated_factors_score_below_one(codes):
