@@ -10,7 +10,7 @@ from torch.distributions.mixture_same_family import MixtureSameFamilyConstraint
 from torch.distributions.utils import lazy_property
 
 
-def on_device(obj, device, _seen=None):
+def on_device(obj, device, _moved=None):
     """
     ``obj`` (a distribution or a transform) itself when its tensor attributes,
     and those of the distributions and transforms it holds (an
@@ -18,28 +18,31 @@ def on_device(obj, device, _seen=None):
     on ``device``; else a shallow copy whose are.  ``nn.Module.to`` moves
     parameters and buffers, not the plain tensors of a distribution held by a
     module, so priors built from a user's distribution move them with this.
-    Each object is visited once: a transform and its cached inverse point at
-    each other.
+    An object held twice is moved once (its copy serves both); a transform
+    and its cached inverse, which point at each other, keep that link to the
+    original.
     """
-    seen = set() if _seen is None else _seen
-    if id(obj) in seen:
-        return obj
-    seen.add(id(obj))
+    moved_objects = {} if _moved is None else _moved
+    if id(obj) in moved_objects:
+        return moved_objects[id(obj)]
+    moved_objects[id(obj)] = obj  # while inside it: a cycle back to it finds the original
     moved = {}
     for name, value in vars(obj).items():
         if isinstance(value, torch.Tensor) and value.device != device:
             moved[name] = value.to(device)
-        elif isinstance(value, (Distribution, Transform)) and (inner := on_device(value, device, seen)) is not value:
+        elif isinstance(value, (Distribution, Transform)) and (
+                inner := on_device(value, device, moved_objects)) is not value:
             moved[name] = inner
         elif isinstance(value, (list, tuple)) and any(isinstance(v, (Distribution, Transform)) for v in value):
-            items = [on_device(v, device, seen) if isinstance(v, (Distribution, Transform)) else v for v in value]
+            items = [on_device(v, device, moved_objects) if isinstance(v, (Distribution, Transform)) else v
+                     for v in value]
             if any(new is not old for new, old in zip(items, value)):
                 moved[name] = type(value)(items)
-    if not moved:
-        return obj
-    copied = copy.copy(obj)
-    vars(copied).update(moved)
-    return copied
+    if moved:
+        copied = copy.copy(obj)
+        vars(copied).update(moved)
+        moved_objects[id(obj)] = copied
+    return moved_objects[id(obj)]
 
 
 def unshared(obj):
@@ -67,39 +70,40 @@ def is_real_support(support):
 
 def fingerprint(obj):
     """
-    A digest of a user's prior: its class and the values of its public tensor
-    and number attributes, and of the distributions and transforms it holds
-    (not its caches or lazily computed attributes), so that a model
-    file can tell whether the prior passed to ``load`` is the one it was
-    trained with.  Tensors count by value in float64, whatever their dtype or
-    device.  A factory (a function) counts by its name only.
+    A digest of a user's prior: its class, its parameters (``arg_constraints``,
+    however they were given: ``probs`` or ``logits``) and the values of its
+    other public tensor and number attributes, and the same of the
+    distributions and transforms it holds (not caches), so that a model file
+    can tell whether the prior passed to ``load`` is the one it was trained
+    with.  Tensors count by value in float32, whatever their dtype or device;
+    an object held twice counts as two equal ones.  A factory (a function)
+    counts by its name only.
     """
-    hasher = hashlib.sha256()
-    seen = set()
+    digests = {}
 
-    def visit(value):
+    def digest(value):
         if isinstance(value, torch.Tensor):
-            hasher.update(f"tensor{tuple(value.shape)}".encode())
-            hasher.update(value.detach().to("cpu", torch.float64).numpy().tobytes())
-        elif value is None or isinstance(value, (bool, int, float, str)):
-            hasher.update(repr(value).encode())
-        elif isinstance(value, (list, tuple)):
-            hasher.update(b"[")
-            for item in value:
-                visit(item)
-            hasher.update(b"]")
-        elif isinstance(value, (Distribution, Transform)) and id(value) not in seen:
-            seen.add(id(value))
-            hasher.update(type(value).__qualname__.encode())
-            for name, item in sorted(vars(value).items()):
-                # Private attributes are caches (a transform's inverse and last result), except the
-                # distributions a MixtureSameFamily keeps privately.
-                public = not name.startswith("_") or isinstance(item, Distribution)
-                if public and not isinstance(getattr(type(value), name, None), lazy_property):
-                    hasher.update(name.encode())
-                    visit(item)
-        else:
-            hasher.update(getattr(value, "__qualname__", type(value).__qualname__).encode())
+            data = value.detach().to("cpu", torch.float32).numpy().tobytes()
+            return f"tensor{tuple(value.shape)}:{hashlib.sha256(data).hexdigest()}"
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return repr(value)
+        if isinstance(value, (list, tuple)):
+            return "[" + ",".join(digest(item) for item in value) + "]"
+        if not isinstance(value, (Distribution, Transform)):
+            return getattr(value, "__qualname__", type(value).__qualname__)
+        if id(value) in digests:
+            return digests[id(value)]
+        digests[id(value)] = "cycle"  # while inside it: a transform's cached inverse points back
+        parameters = set(getattr(value, "arg_constraints", {}) or {}) if isinstance(value, Distribution) else set()
+        parts = [type(value).__qualname__]
+        for name in sorted(parameters | set(vars(value))):
+            item = getattr(value, name, None) if name in parameters else vars(value)[name]
+            # Private attributes are caches (a transform's inverse and last result), except the distributions a
+            # MixtureSameFamily keeps privately; lazy ones not among the parameters are computed, not given.
+            lazy = isinstance(getattr(type(value), name, None), lazy_property) and name not in parameters
+            if (not name.startswith("_") or isinstance(item, Distribution)) and not lazy:
+                parts.append(f"{name}={digest(item)}")
+        digests[id(value)] = hashlib.sha256("|".join(parts).encode()).hexdigest()
+        return digests[id(value)]
 
-    visit(obj)
-    return hasher.hexdigest()
+    return hashlib.sha256(digest(obj).encode()).hexdigest()
