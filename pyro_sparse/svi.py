@@ -472,8 +472,8 @@ class SVIModel:
             warnings.warn(
                 "every entry of W is 0 at the end of training: the decoder reads no factor, so the codes carry "
                 "nothing and top_features is empty.  The mask prior's penalty outweighed what the data gave each "
-                "factor in this many steps: train longer (the penalty ramps in with the KL warm-up, a quarter of "
-                "max_epochs), or lower lambda0", stacklevel=3)
+                "factor in this many steps: train longer (the penalty ramps in with the KL warm-up), or weaken "
+                "the penalty (lambda0 for the SSL prior)", stacklevel=3)
         return fitted
 
     def _fit_once(self, name, dataset, latent_dim, settings, hyper):

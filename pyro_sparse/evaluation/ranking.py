@@ -12,7 +12,7 @@ def hide_items(X, fraction=0.2, min_items=5, seed=0):
     """
     The fold-in split: for each row of ``X`` (users x items, non-zero = the
     user has the item) with at least ``min_items`` items, ``fraction`` of them
-    (at least one, drawn without replacement) are hidden.  Returns ``(rows,
+    (at least one, and one fewer than all; drawn without replacement) are hidden.  Returns ``(rows,
     observed, heldout)``: the indices of those rows, their data with the
     hidden items set to 0, and a boolean array of the hidden items.
     """
@@ -21,12 +21,16 @@ def hide_items(X, fraction=0.2, min_items=5, seed=0):
         raise ValueError(f"X must be a users x items matrix, got shape {X.shape}")
     if not 0 < fraction < 1:
         raise ValueError(f"fraction is the share of each user's items hidden, in (0, 1), got {fraction!r}")
+    if not (isinstance(min_items, (int, np.integer)) and not isinstance(min_items, bool) and min_items >= 2):
+        raise ValueError(f"min_items must be an integer >= 2 (one item hidden, one left to encode), got {min_items!r}")
     rng = np.random.default_rng(seed)
     rows = np.flatnonzero((X != 0).sum(1) >= min_items)
     observed, heldout = X[rows].copy(), np.zeros((rows.size, X.shape[1]), dtype=bool)
     for row, hidden in zip(observed, heldout):
         items = np.flatnonzero(row)
-        hidden[rng.choice(items, size=max(1, round(fraction * items.size)), replace=False)] = True
+        # At least one item hidden and one left to encode the user by.
+        count = min(max(1, round(fraction * items.size)), items.size - 1)
+        hidden[rng.choice(items, size=count, replace=False)] = True
         row[hidden] = 0
     return rows, observed, heldout
 

@@ -179,7 +179,7 @@ def _check_replaceable(path):
     model, another file): checkpoints replace the file at their path, and a
     finished model must not be lost to a run's first checkpoint.
     """
-    if not os.path.lexists(path):
+    if not os.path.exists(path):  # nothing there, or a dangling link that the checkpoint is written through
         return
     try:
         serialization.read(path, CHECKPOINT_FILE)

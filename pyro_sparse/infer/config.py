@@ -156,8 +156,8 @@ class Checkpointing:
         _require(is_count(self.every), f"every must be a positive integer (epochs), got {self.every!r}")
         for name in ("path", "resume_from"):
             value = getattr(self, name)
-            _require(value is None or isinstance(value, (str, os.PathLike)),
-                     f"{name} must be a file path (str or os.PathLike) or None, got {value!r}")
+            _require(value is None or isinstance(value, (str, bytes, os.PathLike)),
+                     f"{name} must be a file path (str, bytes or os.PathLike) or None, got {value!r}")
         _require(self.on_divergence in ("raise", "rollback"),
                  f"on_divergence must be 'raise' or 'rollback', got {self.on_divergence!r}")
         _require(is_count(self.max_rollbacks, minimum=0),

@@ -79,13 +79,17 @@ def read_backed(path):
     def element(key):
         if file[key].attrs.get("encoding-type") in ("csr_matrix", "csc_matrix"):
             return sparse_dataset(file[key])
-        warnings.warn(f"{key} of {str(path)!r} is stored dense, so it is read into memory "
-                      f"({file[key].nbytes / 2**20:.0f} MiB); read_backed keeps CSR matrices on disk: to train "
-                      "larger than memory, write it as a scipy.sparse.csr_matrix", stacklevel=3)
+        size = getattr(file[key], "nbytes", None)  # a dense array; another encoding is a group
+        warnings.warn(f"{key} of {str(path)!r} is not a sparse matrix, so it is read into memory"
+                      + ("" if size is None else f" ({size / 2**20:.0f} MiB)")
+                      + "; read_backed keeps CSR matrices on disk: to train larger than memory, write it as a "
+                      "scipy.sparse.csr_matrix", stacklevel=3)
         return read_elem(file[key])
 
     parts = {key: read_elem(file[key]) for key in ("obs", "var", "obsm", "varm", "uns") if key in file}
-    layers = {name: element(f"layers/{name}") for name in file.get("layers", {})}
+    layers = {}
+    for name in file.get("layers", {}):  # a loop, not a comprehension: the warning's stack level is read_backed's
+        layers[name] = element(f"layers/{name}")
     return anndata.AnnData(X=element("X") if "X" in file else None, layers=layers, **parts)
 
 

@@ -326,7 +326,7 @@ def test_matrices_on_disk_that_cannot_be_read_by_rows(tmp_path, X):
         pyro_sparse.train("ssl_dgm", dense, **QUICK)
     dense.file.close()
     # read_backed reads a dense matrix whole: said, since its point is to keep matrices on disk.
-    with pytest.warns(UserWarning, match=r"X of '.*dense.h5ad' is stored dense, so it is read into memory \(0 MiB\)"):
+    with pytest.warns(UserWarning, match=r"X of '.*dense.h5ad' is not a sparse matrix, so it is read into memory \(0 MiB\)"):
         anndata_io.read_backed(tmp_path / "dense.h5ad")
     # The fix a message names is for the matrix at fault, a layer here.
     csc_layer = anndata_io.read_backed(write(tmp_path / "csc_layer.h5ad", X, counts=X.tocsc()))

@@ -48,6 +48,8 @@ def test_hide_items_hides_a_share_of_each_eligible_users_items():
         assert held.sum() == max(1, round(0.2 * items.size))
         assert (X[row][held] == 1).all() and (seen[held] == 0).all()
         np.testing.assert_array_equal(seen + held, X[row])
+    _, nearly_all_hidden, _ = hide_items(X, fraction=0.95, min_items=5)
+    assert (nearly_all_hidden.sum(1) >= 1).all()  # one item is always left to encode the user by
     again = hide_items(sp.csr_matrix(X), fraction=0.2, min_items=5, seed=2)  # sparse input, same seed: same split
     for a, b in zip(again, (rows, observed, heldout)):
         np.testing.assert_array_equal(a, b)
@@ -59,6 +61,7 @@ def test_hide_items_hides_a_share_of_each_eligible_users_items():
     (lambda: ndcg_at_k(np.zeros((2, 3)), np.eye(2, 3, dtype=bool) * [[1], [0]], k=2), "at least one held-out item"),
     (lambda: recall_at_k(np.zeros((2, 3)), np.ones((2, 3), dtype=bool), k=2, exclude=np.zeros(3)), "exclude must have"),
     (lambda: hide_items(np.ones((3, 5)), fraction=1.0), r"fraction .* in \(0, 1\)"),
+    (lambda: hide_items(np.ones((3, 5)), min_items=0), "min_items must be an integer >= 2"),
     (lambda: recall_at_k(np.full((1, 4), np.nan), np.array([[1, 1, 0, 0]], dtype=bool), k=2), "NaN"),
 ])
 def test_bad_input_is_named(call, message):

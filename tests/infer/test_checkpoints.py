@@ -287,6 +287,11 @@ def test_a_checkpoint_path_holding_a_model_or_another_file_is_refused_before_tra
     pyro_sparse.train("vae", X, max_epochs=2, checkpointing=Checkpointing(path=tmp_path / "run.ckpt"), **TINY)
     config, _ = serialization.read(tmp_path / "run.ckpt", checkpoints.CHECKPOINT_FILE)
     assert config["run"]["model"] == "vae"
+    # A dangling link is written through (its target is new), and a bytes path is a path.
+    (tmp_path / "latest.ckpt").symlink_to(tmp_path / "runs.ckpt")
+    pyro_sparse.train("vae", X, max_epochs=1, checkpointing=Checkpointing(path=os.fsencode(tmp_path / "latest.ckpt")),
+                      **TINY)
+    assert (tmp_path / "latest.ckpt").is_symlink() and (tmp_path / "runs.ckpt").is_file()
 
 
 def test_saving_keeps_the_files_permissions(X, tmp_path):
