@@ -194,7 +194,7 @@ def test_linear_decoder_is_a_dictionary_with_a_frobenius_prior(digits):
     assert A.shape == (64, 8)
     np.testing.assert_array_equal(fitted.dictionary_, A.numpy())  # the public view of it
     with pytest.raises(AttributeError, match="no linear dictionary .*decoder='linear'"):
-        pyro_sparse.train("tvsc", digits, latent_dim=2, hidden_dims=(4,), max_epochs=1, progress=False).dictionary_
+        _ = pyro_sparse.train("tvsc", digits, latent_dim=2, hidden_dims=(4,), max_epochs=1, progress=False).dictionary_
     x = torch.as_tensor(digits[:5])
     codes = torch.as_tensor(fitted.transform(digits[:5]), dtype=torch.float32)
     torch.testing.assert_close(fitted.model.generator_output(codes, A), codes @ A.T)

@@ -94,7 +94,8 @@ def test_support_probability_repeats_and_leaves_the_callers_stream_alone(tmp_pat
     # Its codes are drawn with the fit's seed: calls agree (and a loaded model with them), and the caller's
     # next draw is what it would have been; another fit seed draws other codes.
     data = synthetic_sparse_dgm(n=60, rho=0.0, seed=0)
-    options = dict(latent_dim=3, hidden_dims=(6,), max_epochs=3, batch_size=30, progress=False, device="cpu")
+    options = {"latent_dim": 3, "hidden_dims": (6,), "max_epochs": 3, "batch_size": 30, "progress": False,
+               "device": "cpu"}
     fitted = pyro_sparse.train("ssl_dgm", data.X, seed=0, **options)
     torch.manual_seed(11)
     first = fitted.support_probability(data.X, num_samples=2)
