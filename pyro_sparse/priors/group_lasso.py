@@ -36,8 +36,9 @@ class GroupLassoPrior(SitePrior):
     ``after_step`` applies :func:`group_soft_threshold`.  The threshold is λ
     times the optimizer's step size, averaged over the p coordinates of a
     column (Adam's metric is per coordinate; the closed-form group prox needs
-    one step size per group), and capped at the largest move one step may
-    make, as for :class:`SpikeSlabLassoPrior`.  Likewise a zero column stays
+    one step size per group), and capped at twice the largest move one step
+    may make of the column (:func:`~pyro_sparse.priors.site.largest_shrink`),
+    as for :class:`SpikeSlabLassoPrior`.  Likewise a zero column stays
     zero until the norm of its gradient averaged over many steps exceeds λ
     (the zero test of regularized dual averaging, Xiao 2010, which is also
     the group lasso's optimality condition at zero); tested on one

@@ -59,7 +59,8 @@ class HorseshoePrior(SitePrior):
     enters W by a proximal step in the optimizer's metric rather than by its
     gradient: ``before_step`` removes w/(τv) from the gradient and
     ``after_step`` maps w to w / (1 + s_w/(τv)) for step size s_w, moving it
-    at most as far as one optimizer step may.  (Inside Adam, the stiff
+    at most twice as far as one optimizer step may
+    (:func:`~pyro_sparse.priors.site.largest_shrink`).  (Inside Adam, the stiff
     gradient w/(τv) of a small variance makes w oscillate around 0 at the
     learning rate.)
 
