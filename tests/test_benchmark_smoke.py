@@ -374,6 +374,15 @@ def test_synthetic_recovery_smoke(tmp_path):
     assert sum(run["label"] == "VAE" for run in results["results"]) == 1
 
 
+def test_a_models_own_widths_replace_table_6s():
+    recovery = load_benchmark("synthetic_recovery")
+    X = np.random.default_rng(0).normal(size=(40, 5)).astype(np.float32)
+    fitted, _ = recovery.fit_synthetic("ssl_dgm", X, 0, 1, dict(recovery.MODELS[recovery.ONE_DECODER_LAYER][1],
+                                                                sparse_restart=0), latent_dim=2)
+    assert tuple(fitted.config["hyperparameters"]["hidden_dims"]) == (50,)
+    assert tuple(fitted.config["hyperparameters"]["encoder_hidden_dims"]) == (50, 50, 50)
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_eq9_targets_use_the_issues_thresholds_and_definitions():
     recovery = load_benchmark("synthetic_recovery")
