@@ -366,11 +366,8 @@ class FittedModel:
             raise ValueError("support_probability needs a likelihood that factorises over features; the "
                              "multinomial's softmax couples them")
         mask = self.guide.point_estimate("W").detach().double()
-        with forked_rng(mask):  # seeds what it restores: the CPU generator and the model's CUDA device
-            torch.default_generator.manual_seed(self.config["training"]["seed"])
-            if mask.is_cuda:
-                with torch.cuda.device(mask.device):
-                    torch.cuda.manual_seed(self.config["training"]["seed"])
+        with torch.random.fork_rng():  # every generator it seeds is put back, as the estimators' score does
+            torch.manual_seed(self.config["training"]["seed"])
             gradient, curvature = mask_log_likelihood_curvature(
                 self.model, self.guide, self._batches(X, batch_size=256), num_samples=num_samples
             )

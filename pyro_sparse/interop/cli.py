@@ -172,9 +172,10 @@ def _describe(fitted, names, heldout):
     """Lines reporting what was learned; ``heldout`` is fresh synthetic data with its truth, or None."""
     lines = []
     W = _mask(fitted)
-    if W is not None and hasattr(fitted, "active_factors_"):  # nmf uses all its factors
-        lines.append(f"factors in use: {len(fitted.active_factors_)} of {W.shape[1]} (columns of W not exactly zero)")
     if W is not None:
+        if hasattr(fitted, "active_factors_"):  # nmf uses all its factors
+            lines.append(f"factors in use: {len(fitted.active_factors_)} of {W.shape[1]} (columns of W not exactly "
+                         "zero)")
         if _has_ssl_prior(fitted):
             lines.append(f"eta (share of features per factor): {np.array2string(fitted.eta_, precision=3)}")
         if W.shape[0] <= 30:
